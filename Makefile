@@ -1,0 +1,38 @@
+# The training-ledger course kit. Two commands: `make course` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: course test lab notebooks benchmarks assignments clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install -e ".[dev]"
+	touch $(STAMP)
+
+## make course: execute every notebook at its teaching scale into build/ and print headline figures
+course: $(STAMP)
+	$(PY) tools/run_course.py --scale $${COURSE_SCALE:-default}
+
+## make test: unit tests + every notebook end to end under nbval at CI scale
+test: $(STAMP)
+	COURSE_SCALE=ci MPLBACKEND=Agg $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider tests notebooks
+
+## make lab: JupyterLab on notebooks/
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks/
+
+## make notebooks: regenerate notebooks/*.ipynb from their sources in notebooks/src/
+notebooks: $(STAMP)
+	$(PY) tools/notebooks.py build
+
+## make benchmarks: run benchmarks/ and write benchmarks/results/*.json
+benchmarks: $(STAMP)
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf build dist .pytest_cache

@@ -16,7 +16,7 @@ $(STAMP): $(PY) pyproject.toml
 
 ## make course: execute every notebook at its teaching scale into build/ and print headline figures
 course: $(STAMP)
-	$(PY) tools/run_course.py --scale $${COURSE_SCALE:-default}
+	$(PY) tools/run_course.py --scale $${COURSE_SCALE:-default} $(NB)
 
 ## make test: unit tests + every notebook end to end under nbval at CI scale
 test: $(STAMP)
@@ -32,6 +32,7 @@ notebooks: $(STAMP)
 
 ## make benchmarks: run benchmarks/ and write benchmarks/results/*.json
 benchmarks: $(STAMP)
+	$(PY) -m pip install -e ".[dev,bench]"
 	$(PY) benchmarks/run.py
 
 clean:

@@ -1,0 +1,52 @@
+"""Run every benchmark in this folder; write benchmarks/results/<area>.json and a summary.
+
+    python benchmarks/run.py            # all, full size
+    python benchmarks/run.py --quick    # all, small (what the test suite smoke-checks)
+    python benchmarks/run.py ledger     # only bench_ledger.py
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+
+def load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_one(path: Path, quick: bool) -> dict:
+    start = time.time()
+    result = load(path).run(quick=quick)
+    result = {"benchmark": path.stem, "quick": quick, "seconds": round(time.time() - start, 2), **result}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{path.stem.removeprefix('bench_')}.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("only", nargs="*")
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args(argv)
+    paths = sorted(HERE.glob("bench_*.py"))
+    if args.only:
+        paths = [q for q in paths if q.stem.removeprefix("bench_") in args.only]
+    for path in paths:
+        print(f"=== {path.stem}", flush=True)
+        result = run_one(path, args.quick)
+        print(json.dumps(result.get("summary", result), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+# %% [markdown]
+# # 00 · Tour of the kit
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/00_tour.ipynb)
+#
+# This course follows one question through eleven notebooks: *how does a learning objective turn
+# into one training step that a machine can actually run?* This tour shows the machine you are on,
+# the datasets (all of them work offline), and how scales, the ledger and the exercises work.
+
+# %%
+# On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
+import sys
+if "google.colab" in sys.modules:
+    import subprocess
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+
+# %% tags=["parameters"]
+import os
+SCALE = os.environ.get("COURSE_SCALE", "default")
+
+# %% [markdown]
+# ## Scales
+#
+# The cell above is the notebook's **parameters** cell. `SCALE` picks one of three presets of the
+# same experiment:
+#
+# - `"ci"` — tiny, proves the notebook runs (this is what `make test` uses);
+# - `"default"` — teaches: real curves within minutes on a laptop CPU;
+# - `"gpu"` — a Colab GPU with real datasets (CIFAR-10, STL-10).
+#
+# Set it by editing the cell, with `COURSE_SCALE=ci` in the environment, or with papermill
+# (`papermill nb.ipynb out.ipynb -p SCALE gpu`). Every scale runs the same code; only sizes change.
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from course_utils.augment import SimCLRAugment
+from course_utils.data import DatasetUnavailableError, available_datasets, available_photos, load_dataset, load_photo
+from course_utils.ledger import measure
+from course_utils.models import SmallResNet
+from course_utils.plots import show_images
+from course_utils.report import format_table, headline
+from course_utils.runtime import describe_device, setup
+from course_utils.scales import config
+from course_utils.train import supervised_step
+
+cfg = config(SCALE, ci=dict(grid=16), default=dict(grid=32), gpu=dict(grid=32))
+device = setup(SCALE, seed=cfg.seed)
+print(f"SCALE={cfg.scale!r} -> device {device}")
+
+# %% [markdown]
+# ## The machine
+#
+# `describe_device()` reports what torch sees. On Colab choose *Runtime → Change runtime type → GPU*
+# for `SCALE="gpu"`; without a GPU that scale stops at the first cell with a message saying so.
+
+# %%
+info = describe_device()
+print(format_table([{"fact": k, "value": v} for k, v in info.items()]))
+
+# %% [markdown]
+# ## The datasets
+#
+# `load_dataset(name, split)` returns the whole split as tensors on a device: `.images`
+# (N×C×H×W, float in [0, 1]), `.labels`, `.classes`. Nothing is downloaded unless you pass
+# `download=True` (CIFAR-10 and STL-10, for the gpu scale).
+
+# %%
+print(available_datasets())
+shapes = load_dataset("shapes", "train", device=device)
+print(shapes)
+show_images(shapes.images[:cfg.grid], labels=shapes.labels[:cfg.grid], classes=shapes.classes,
+            title="shapes (the embedded default): the class is the shape")
+plt.show()
+
+# %% [markdown]
+# The class is the **shape**; colour, position, scale, rotation and texture are *nuisances*. A
+# self-supervised objective has to learn to ignore them — lesson 02 shows what happens when the
+# augmentations leave one of them (colour) as a shortcut.
+
+# %%
+digits = load_dataset("digits", "train", image_size=32)
+textures = load_dataset("textures", "train")
+fig, axes = plt.subplots(1, 2, figsize=(10, 3))
+show_images(digits.images[:16], labels=digits.labels[:16], classes=digits.classes, ax=axes[0], title="digits (scikit-learn)")
+show_images(textures.images[:16], labels=textures.labels[:16], classes=textures.classes, ax=axes[1], title="textures (scikit-image)")
+plt.show()
+
+# %%
+photos = [load_photo(name, size=64) for name in available_photos()[:6]]
+show_images(torch.stack(photos), labels=available_photos()[:6], nrow=6, title="sample photos for MAE")
+plt.show()
+
+# %% [markdown]
+# A dataset that needs a download says so instead of failing deep inside torchvision:
+
+# %%
+try:
+    load_dataset("cifar10", download=False)
+except DatasetUnavailableError as err:
+    print(err)
+
+# %% [markdown]
+# ## Augmentations run on the device, batched
+#
+# Self-supervised lessons make two random *views* of each image. The kit does this as batched
+# tensor operations on the same device as the model — random resized crop, flip, colour jitter,
+# grayscale — with per-image randomness drawn from a seeded `torch.Generator`, so a Colab GPU is
+# not starved by its two CPU cores, and a rerun gives the same views.
+
+# %%
+augment = SimCLRAugment(32)
+g = torch.Generator().manual_seed(0)
+batch = shapes.images[:8]
+view1, view2 = augment(batch, g), augment(batch, g)
+show_images(torch.cat([batch, view1, view2]), nrow=8, title="originals / view 1 / view 2")
+plt.show()
+again = augment(batch, torch.Generator().manual_seed(0))
+assert torch.equal(again, view1), "same seed, same views"
+
+# %% [markdown]
+# ## The ledger
+#
+# Every lesson measures its claims with `course_utils.ledger.measure`, which runs one training step
+# and returns its resource ledger. Lesson 01 predicts each line by hand and checks it.
+
+# %%
+model = SmallResNet(width=8, num_classes=len(shapes.classes)).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+step = supervised_step(model, opt)
+record = measure(lambda: step((shapes.images[:16], shapes.labels[:16])), model=model, optimizer=opt)
+print(record)
+
+# %% [markdown]
+# ## Exercises
+#
+# Every lesson ends with 2–4 short exercises. Each has a cell where you write your answer and test
+# cells below it that check it — often against a measurement, so a wrong formula fails. Run the test
+# cells to check your answer; an instructor grades the same notebooks with
+# [otter-grader](https://otter-grader.readthedocs.io) (see `docs/instructor.md`), with a few hidden
+# tests on edge cases.
+
+# %%
+headline(device=str(device), datasets=len(available_datasets()), shapes_train_images=len(shapes),
+         ledger_flops_16_images=record.flops)

@@ -1,0 +1,413 @@
+# %% [markdown]
+# # 01 · The resource ledger of one update step
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/01_resource_ledger.ipynb)
+#
+# A learning objective is also a plan for spending compute. Before running an experiment we draw
+# up the **resource ledger** (资源账) of one update step — and in this notebook we predict every
+# line of it by hand and then measure it.
+
+# %%
+# On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
+import sys
+if "google.colab" in sys.modules:
+    import subprocess
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+
+# %% tags=["parameters"]
+import os
+SCALE = os.environ.get("COURSE_SCALE", "default")
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from course_utils.data import load_dataset
+from course_utils.evaluate import classification_accuracy
+from course_utils.ledger import measure, predict_step
+from course_utils.models import MLP, SmallResNet
+from course_utils.plots import plot_curves
+from course_utils.report import format_table, headline
+from course_utils.runtime import setup
+from course_utils.scales import config
+from course_utils.train import EvalEvery, fit, supervised_step
+
+cfg = config(
+    SCALE,
+    ci=dict(image_size=16, batches=[4, 8, 16], width=8, train_limit=512, steps=20, batch_size=32,
+            eval_every=10, lr=0.05),
+    default=dict(image_size=32, batches=[16, 32, 64, 128], width=16, train_limit=None, steps=400,
+                 batch_size=64, eval_every=50, lr=0.05),
+    gpu=dict(image_size=32, batches=[64, 128, 256, 512], width=32, train_limit=None, steps=2000,
+             batch_size=256, eval_every=200, lr=0.1),
+)
+device = setup(SCALE, seed=cfg.seed)
+dataset = "cifar10" if SCALE == "gpu" else "shapes"
+train = load_dataset(dataset, "train", image_size=cfg.image_size, device=device,
+                     download=SCALE == "gpu", limit=cfg.train_limit)
+test = load_dataset(dataset, "test", image_size=cfg.image_size, device=device,
+                    download=SCALE == "gpu", limit=cfg.train_limit)
+print(train, test, sep="\n")
+
+# %% [markdown]
+# ## The problem
+#
+# Finding an objective that scales does not make training free. More data, a larger network and
+# longer training still need storage, compute and time, and several devices working together add
+# their own cost. The question for this course is sharper than "models are expensive": **which
+# experiment can this machine actually run?** The objective, the data supply and the compute
+# conditions decide that *together*.
+#
+# So before an experiment we write down, for **one update step**:
+#
+# | ledger line | question | unit |
+# |---|---|---|
+# | encoded now | how many new images (views, patches) go through the expensive encoder? | items |
+# | kept for backward | how many activation bytes stay alive until backward? | bytes |
+# | cached | how many old vectors are reused from earlier steps? | bytes |
+# | resident state | weights, gradients, optimizer states | bytes |
+# | repeated | what must be recomputed or re-encoded next step? | FLOPs |
+# | communicated | with several devices: bytes across the wire per step | bytes |
+#
+# Later lessons change one line at a time: SimCLR grows *kept for backward* with the batch, MoCo
+# moves candidates into *cached*, MAE shrinks *encoded now*. Here we build the instrument.
+
+# %% [markdown]
+# ## The mechanism
+#
+# `course_utils.ledger.measure(step, model=..., optimizer=...)` runs one step and reads each line
+# off PyTorch itself — no estimates:
+#
+# - **FLOPs** come from the per-operator formulas PyTorch's `FlopCounterMode` uses (matmul, conv,
+#   attention). Each op is booked as *forward* or *backward* by asking the autograd engine whether
+#   a backward pass is running at that moment.
+# - **Kept for backward**: autograd calls a *pack hook* (`saved_tensors_hooks`) for every tensor
+#   it saves for backward. We count each underlying storage once (ReLU's output is also the next
+#   layer's input) and skip parameters and buffers, which are resident anyway. The ledger reports
+#   the *peak* of what is alive, so four micro-batches do not count four times.
+# - **Resident state**: bytes of parameters, of their `.grad`, of the optimizer's per-parameter
+#   state, and of any cache tensors we register.
+# - **Encoded now**: a forward pre-hook counts the items entering the encoder.
+#
+# The analytic side, `predict_step(model, input_shape)`, uses only shapes and per-layer rules
+# (a Linear layer costs 2·n·in·out FLOPs forward and saves its input; ReLU saves its output; ...).
+
+# %% [markdown]
+# ## Worked example: a supervised step, predicted by hand
+#
+# One step of a two-layer MLP classifier on flattened images: `Linear(d, h) → ReLU → Linear(h, c)`,
+# cross-entropy, SGD. With batch `B`, input size `d = 3·H·W`, hidden `h`, classes `c`, fp32 (4 bytes):
+#
+# - forward FLOPs: `2·B·d·h + 2·B·h·c` (a multiply and an add per weight per sample);
+# - backward FLOPs: the second layer needs the gradient w.r.t. its weights *and* its input
+#   (`2 · 2·B·h·c`); the first layer only w.r.t. its weights (`2·B·d·h`) — nobody needs the
+#   gradient of the raw images;
+# - kept for backward: the input `B·d`, the ReLU output `B·h` (also the second layer's input), the
+#   log-softmax `B·c`, the int64 targets `B·8` bytes, and one scalar (NLL's total weight);
+# - resident: parameters `(d+1)·h + (h+1)·c` floats, as many gradient floats, no SGD state.
+
+# %%
+B, h = cfg.batches[1], 64
+c = len(train.classes)
+d = train.images[0].numel()
+mlp = MLP(d, h, c, layers=2).to(device)
+sgd = torch.optim.SGD(mlp.parameters(), lr=cfg.lr)
+x, y = train.images[:B], train.labels[:B]
+
+n_params = (d + 1) * h + (h + 1) * c
+by_hand = {
+    "forward_flops": 2 * B * d * h + 2 * B * h * c,
+    "backward_flops": 2 * B * d * h + 2 * 2 * B * h * c,
+    "activation_bytes": 4 * B * d + 4 * B * h + 4 * B * c + 8 * B + 4,
+    "param_bytes": 4 * n_params,
+    "grad_bytes": 4 * n_params,
+    "optimizer_bytes": 0,
+}
+by_hand["flops"] = by_hand["forward_flops"] + by_hand["backward_flops"]
+
+step = supervised_step(mlp, sgd)
+record = measure(lambda: step((x, y)), model=mlp, optimizer=sgd)
+comparison = record.compare(by_hand)
+print(comparison)
+
+# %% [markdown]
+# ## The evidence
+#
+# The hand prediction and the measurement must agree line by line. The tolerance is tight
+# (0.1%), so any term we forgot — or any extra tensor autograd keeps — makes this cell fail.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+comparison.assert_close(rtol=1e-3)
+assert record.encoded == {"images": B}
+assert record.optimizer_bytes == 0 and record.grad_bytes == record.param_bytes
+
+# %% [markdown]
+# The same check for a convolutional network, where counting by hand gets tedious:
+# `predict_step` applies the per-layer rules (convolutions save their input, BatchNorm its input
+# plus two statistics per channel, ReLU its output) to the shapes of a forward pass on PyTorch's
+# `meta` device, which computes shapes and nothing else. Adam this time: two extra fp32 moments
+# per parameter.
+
+# %%
+resnet = SmallResNet(width=cfg.width, num_classes=c).to(device)
+adam = torch.optim.Adam(resnet.parameters(), lr=1e-3)
+resnet_step = supervised_step(resnet, adam)
+resnet_record = measure(lambda: resnet_step((x, y)), model=resnet, optimizer=adam)
+resnet_comparison = resnet_record.compare(predict_step(resnet, x.shape, optimizer="adam"))
+print(resnet_comparison)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+resnet_comparison.assert_close(rtol=1e-3)
+assert resnet_record.optimizer_bytes == 2 * resnet_record.param_bytes
+
+# %% [markdown]
+# ### Batch size moves one line, not the others
+#
+# Doubling the batch doubles what is kept for backward; the resident state — weights, gradients,
+# optimizer moments — does not care how many images went through.
+
+# %%
+sweep = []
+for batch in cfg.batches:
+    model = SmallResNet(width=cfg.width, num_classes=c).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    run = supervised_step(model, opt)
+    xb, yb = train.images[:batch], train.labels[:batch]
+    rec = measure(lambda: run((xb, yb)), model=model, optimizer=opt)
+    pred = predict_step(model, xb.shape, optimizer="adam")
+    sweep.append({"batch": batch, "activation MB": rec.activation_bytes / 1e6,
+                  "predicted activation MB": pred["activation_bytes"] / 1e6,
+                  "resident MB": rec.resident_bytes / 1e6, "GFLOP": rec.flops / 1e9})
+print(format_table(sweep))
+
+fig, ax = plt.subplots(figsize=(5, 3.2))
+bs = [r["batch"] for r in sweep]
+ax.plot(bs, [r["activation MB"] for r in sweep], "o-", label="kept for backward (measured)")
+ax.plot(bs, [r["predicted activation MB"] for r in sweep], "x--", label="kept for backward (predicted)")
+ax.plot(bs, [r["resident MB"] for r in sweep], "s-", label="resident state (measured)")
+ax.set_xlabel("batch size"); ax.set_ylabel("MB"); ax.legend(); ax.set_title("One SmallResNet step")
+plt.show()
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# kept for backward is an exact straight line in the batch: a·B + b, where b is the part that
+# does not scale with the batch (BatchNorm's two statistics per channel, NLL's scalar)
+acts = [r["activation MB"] * 1e6 for r in sweep]
+slope = (acts[-1] - acts[0]) / (bs[-1] - bs[0])
+intercept = acts[0] - slope * bs[0]
+for b_, a_ in zip(bs, acts):
+    assert abs(slope * b_ + intercept - a_) <= 1e-6 * a_, (b_, a_)
+assert 0 <= intercept < 0.02 * acts[0], "the batch-independent part should be tiny"
+assert len({round(r["resident MB"], 9) for r in sweep}) == 1
+
+# %% [markdown]
+# ### The step is real: train with it
+#
+# The ledger describes a step that learns. The same `supervised_step`, in the course's one
+# training loop (`course_utils.train.fit`), trains the ResNet on the embedded shapes dataset
+# (class = shape; colour, position, size, rotation and texture are nuisances).
+
+# %%
+torch.manual_seed(cfg.seed)
+model = SmallResNet(width=cfg.width, num_classes=c).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
+history = fit(
+    supervised_step(model, opt),
+    lambda epoch: train.batches(cfg.batch_size, generator=torch.Generator().manual_seed(epoch)),
+    steps=cfg.steps,
+    callbacks=[EvalEvery(cfg.eval_every, lambda: {"test_acc": classification_accuracy(model, test)})],
+    desc="supervised",
+)
+test_acc = history.last("test_acc", evals=True)
+chance = 1 / c
+fig, axes = plt.subplots(1, 2, figsize=(9, 3))
+plot_curves({"step": history.series("step"), "loss": history.series("loss")}, ax=axes[0])
+plot_curves({"step": history.series("step", evals=True), "test_acc": history.series("test_acc", evals=True)},
+            ax=axes[1])
+plt.show()
+print(f"test accuracy {test_acc:.3f} (chance {chance:.3f})")
+
+# %%
+losses = history.series("loss")
+k = max(1, len(losses) // 5)
+assert sum(losses[-k:]) / k < sum(losses[:k]) / k, "the loss should fall"
+if SCALE != "ci":
+    assert test_acc > 3 * chance, f"accuracy {test_acc:.3f} should be far above chance {chance:.3f}"
+
+# %% [markdown]
+# ### Explore: move batch, image size and width
+#
+# The prediction needs only shapes, so it is instant. Drag the sliders and watch which lines move:
+# batch and image size move *kept for backward* and FLOPs; width moves everything, resident state
+# quadratically (a conv layer has width² weights).
+
+# %%
+import ipywidgets as widgets
+
+
+def predicted_ledger(batch=64, image_size=32, width=16, optimizer="adam"):
+    model = SmallResNet(width=width, num_classes=c)
+    p = predict_step(model, (batch, 3, image_size, image_size), optimizer=optimizer)
+    lines = {"kept for backward": p["activation_bytes"], "parameters": p["param_bytes"],
+             "gradients": p["grad_bytes"], "optimizer state": p["optimizer_bytes"]}
+    fig, ax = plt.subplots(figsize=(6, 2.5))
+    ax.barh(list(lines), [v / 1e6 for v in lines.values()])
+    ax.set_xlabel("MB"); ax.set_title(f"{p['flops'] / 1e9:.2f} GFLOP per step")
+    plt.show()
+    return p
+
+
+widgets.interact(predicted_ledger, batch=widgets.IntSlider(64, 8, 512, 8),
+                 image_size=widgets.IntSlider(32, 16, 96, 8), width=widgets.IntSlider(16, 4, 64, 4),
+                 optimizer=["sgd", "sgd-momentum", "adam"]);
+
+# %% [markdown]
+# ## The boundary
+#
+# What this ledger does **not** let you conclude:
+#
+# - **FLOPs are not seconds.** The counter books matmuls and convolutions (the bulk of the work) but
+#   not element-wise ops, and time also depends on memory bandwidth, kernel launch overhead and
+#   how well a shape fits the hardware. Speed claims belong in `benchmarks/`.
+# - **Saved tensors are not peak memory.** On CPU we do not see allocator caching, fragmentation, or
+#   temporaries that live only inside one op; on CUDA the record adds
+#   `torch.cuda.max_memory_allocated` (`peak_bytes`) so you can compare the two.
+# - **One step is not a run.** The ledger says whether a step fits and what it costs, not whether
+#   the objective learns a useful representation — that needs the probes of the next lessons.
+# - **Not yet shown**: *cached*, *repeated* and *communicated* are zero for a supervised step on one
+#   device; MoCo (03), recomputation (06) and data parallel (07) fill them in.
+
+# %% [markdown]
+# ## Exercises
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q1_mlp_activation_bytes
+# points: 1
+
+# %% [markdown]
+# **Exercise 1 —** Write `mlp_activation_bytes(batch, d, hidden, classes)`: the bytes a step of
+# `MLP(d, hidden, classes, layers=2)` with cross-entropy keeps for backward (fp32, int64 targets).
+# The test measures it with `measure`.
+
+# %%
+def mlp_activation_bytes(batch, d, hidden, classes):
+    # BEGIN SOLUTION
+    return 4 * batch * (d + hidden + classes) + 8 * batch + 4
+    # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+def _measured_activation_bytes(batch, d, hidden, classes):
+    m = MLP(d, hidden, classes, layers=2)
+    o = torch.optim.SGD(m.parameters(), lr=0.1)
+    xs, ys = torch.rand(batch, d), torch.randint(0, classes, (batch,))
+    return measure(lambda: supervised_step(m, o)((xs, ys)), model=m).activation_bytes
+
+assert mlp_activation_bytes(8, 20, 16, 5) == _measured_activation_bytes(8, 20, 16, 5), \
+    "count the input, the ReLU output, the log-softmax, the int64 targets and one fp32 scalar"
+
+# %%
+""" # BEGIN TEST CONFIG
+hidden: true
+""" # END TEST CONFIG
+assert mlp_activation_bytes(1, 3, 2, 2) == _measured_activation_bytes(1, 3, 2, 2)
+assert mlp_activation_bytes(64, 100, 7, 10) == _measured_activation_bytes(64, 100, 7, 10)
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q2_backward_flops
+# points: 1
+
+# %% [markdown]
+# **Exercise 2 —** Backward FLOPs of the same MLP step. Remember which gradients are needed.
+
+# %%
+def mlp_backward_flops(batch, d, hidden, classes):
+    # BEGIN SOLUTION
+    return 2 * batch * d * hidden + 2 * 2 * batch * hidden * classes
+    # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+def _measured_backward_flops(batch, d, hidden, classes):
+    m = MLP(d, hidden, classes, layers=2)
+    o = torch.optim.SGD(m.parameters(), lr=0.1)
+    xs, ys = torch.rand(batch, d), torch.randint(0, classes, (batch,))
+    return measure(lambda: supervised_step(m, o)((xs, ys)), model=m).backward_flops
+
+assert mlp_backward_flops(4, 10, 6, 3) == _measured_backward_flops(4, 10, 6, 3), \
+    "the first layer needs only its weight gradient: the images need no gradient"
+
+# %%
+""" # BEGIN TEST CONFIG
+hidden: true
+""" # END TEST CONFIG
+assert mlp_backward_flops(32, 48, 20, 9) == _measured_backward_flops(32, 48, 20, 9)
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q3_adam_resident
+# points: 1
+
+# %% [markdown]
+# **Exercise 3 —** A model has `n` fp32 parameters and is trained with Adam. How many bytes of
+# resident state (parameters + gradients + optimizer state) does one step need?
+
+# %%
+def adam_resident_bytes(n):
+    # BEGIN SOLUTION
+    return 4 * n * (1 + 1 + 2)
+    # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+assert adam_resident_bytes(1000) == 16000, "weights, gradients and two moments, 4 bytes each"
+
+# %%
+""" # BEGIN TEST CONFIG
+hidden: true
+""" # END TEST CONFIG
+_m = SmallResNet(width=4, num_classes=3)
+_o = torch.optim.Adam(_m.parameters())
+_r = measure(lambda: supervised_step(_m, _o)((torch.rand(2, 3, 16, 16), torch.tensor([0, 1]))), model=_m, optimizer=_o)
+assert adam_resident_bytes(sum(p.numel() for p in _m.parameters())) == _r.resident_bytes
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [markdown]
+# ## Summary
+
+# %%
+headline(
+    mlp_ledger_max_rel_error=comparison.max_relative_error(),
+    resnet_ledger_max_rel_error=resnet_comparison.max_relative_error(),
+    activation_bytes_per_image=int(sweep[-1]["activation MB"] * 1e6 / sweep[-1]["batch"]),
+    supervised_test_acc=test_acc,
+)

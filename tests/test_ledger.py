@@ -1,0 +1,120 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_utils.ledger import measure, predict_step
+
+
+def mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def cnn():
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+
+def supervised_step(model, opt, x, y):
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    return step
+
+
+@pytest.mark.parametrize("make", [mlp, cnn])
+@pytest.mark.parametrize("opt_name", ["sgd", "sgd-momentum", "adam"])
+@pytest.mark.parametrize("batch", [4, 32])
+def test_prediction_matches_measurement(make, opt_name, batch):
+    torch.manual_seed(0)
+    model = make()
+    opt = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1),
+           "sgd-momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+           "adam": lambda p: torch.optim.Adam(p)}[opt_name](model.parameters())
+    x, y = torch.rand(batch, 3, 8, 8), torch.randint(0, 10, (batch,))
+    record = measure(supervised_step(model, opt, x, y), model=model, optimizer=opt)
+    record.compare(predict_step(model, x.shape, optimizer=opt_name)).assert_close(rtol=0.0)
+    assert record.encoded == {"images": batch}
+
+
+def test_mlp_flops_by_hand():
+    model = mlp()
+    x, y = torch.rand(5, 3, 8, 8), torch.randint(0, 10, (5,))
+    rec = measure(supervised_step(model, torch.optim.SGD(model.parameters(), lr=0.1), x, y), model=model)
+    d = 3 * 8 * 8
+    assert rec.forward_flops == 2 * 5 * (d * 64 + 64 * 10)
+    # first layer: weight gradient only (the batch needs no gradient); second: weight + input
+    assert rec.backward_flops == 2 * 5 * d * 64 + 2 * 2 * 5 * 64 * 10
+
+
+def test_activation_bytes_linear_in_batch_resident_constant():
+    records = []
+    for batch in (8, 16, 32):
+        model = cnn()
+        torch.manual_seed(0)
+        x, y = torch.rand(batch, 3, 8, 8), torch.randint(0, 10, (batch,))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        records.append(measure(supervised_step(model, opt, x, y), model=model, optimizer=opt))
+    a = [r.activation_bytes for r in records]
+    # doubling the batch doubles per-sample activations; the fixed part is BatchNorm's 2·C stats
+    # and the NLL scalar
+    fixed = 2 * 8 * 4 + 4
+    assert (a[1] - fixed) == pytest.approx(2 * (a[0] - fixed), rel=1e-9)
+    assert (a[2] - fixed) == pytest.approx(4 * (a[0] - fixed), rel=1e-9)
+    assert len({r.param_bytes + r.grad_bytes for r in records}) == 1
+
+
+def test_peak_not_sum_under_accumulation():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.rand(16, 3, 8, 8), torch.randint(0, 10, (16,))
+    one = measure(supervised_step(model, opt, x, y), model=model).activation_bytes
+
+    micro = list(zip(x.chunk(4), y.chunk(4)))  # views of one batch tensor: each counts its slice
+
+    def accumulate():
+        opt.zero_grad()
+        for xs, ys in micro:
+            F.cross_entropy(model(xs), ys).backward()
+        opt.step()
+    four = measure(accumulate, model=model).activation_bytes
+    # four micro-batches of 4 keep only one micro-batch alive at a time
+    assert four < one / 3
+
+
+def test_caches_and_optimizer_state():
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters())
+    queue = torch.zeros(128, 16)
+    rec = measure(supervised_step(model, opt, torch.rand(2, 3, 8, 8), torch.tensor([1, 2])),
+                  model=model, optimizer=opt, caches=[queue])
+    assert rec.cache_bytes == 128 * 16 * 4
+    assert rec.optimizer_bytes == 2 * rec.param_bytes
+    assert rec.peak_bytes is None and "not measured" in str(rec)
+
+
+def test_bad_inputs():
+    with pytest.raises(TypeError):
+        measure(42)
+    with pytest.raises(ValueError, match="optimizer"):
+        predict_step(mlp(), (2, 3, 8, 8), optimizer="lion")
+    with pytest.raises(ValueError, match="positive"):
+        predict_step(mlp(), (-2, 3, 8, 8))
+    with pytest.raises(ValueError, match="no rule"):
+        predict_step(nn.Sequential(nn.Flatten(), nn.Linear(192, 4), nn.Tanh()), (2, 3, 8, 8))
+    rec = measure(lambda: None)
+    with pytest.raises(ValueError, match="unknown ledger lines"):
+        rec.compare({"flopz": 1})
+    with pytest.raises(AssertionError, match="off by"):
+        rec.compare({"flops": 100}).assert_close()
+
+
+def test_slice_of_a_dataset_counts_as_the_slice():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data, labels = torch.rand(1000, 3, 8, 8), torch.randint(0, 10, (1000,))
+    sliced = measure(supervised_step(model, opt, data[:16], labels[:16]), model=model)
+    copied = measure(supervised_step(model, opt, data[:16].clone(), labels[:16].clone()), model=model)
+    assert sliced.activation_bytes == copied.activation_bytes

@@ -1,0 +1,75 @@
+import pytest
+import torch
+
+from course_utils.train import CheckpointEvery, EarlyStopping, EvalEvery, TrainState, fit
+
+
+def make_problem(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(64, 3, generator=g)
+    y = x @ torch.tensor([1.0, -2.0, 0.5])
+    w = torch.zeros(3, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.1)
+
+    def step(batch):
+        xb, yb = batch
+        opt.zero_grad()
+        loss = ((xb @ w - yb) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    def batches(epoch):
+        order = torch.randperm(64, generator=torch.Generator().manual_seed(epoch))
+        return [(x[order[i:i + 16]], y[order[i:i + 16]]) for i in range(0, 64, 16)]
+    return w, step, batches
+
+
+def test_loss_falls_and_counts_steps():
+    w, step, batches = make_problem()
+    hist = fit(step, batches, epochs=5, progress=False)
+    losses = hist.series("loss")
+    assert len(losses) == 20
+    assert losses[-1] < 0.1 * losses[0]
+
+
+def test_steps_limit_and_resume_is_exact():
+    w, step, batches = make_problem()
+    fit(step, batches, steps=10, progress=False)
+    straight = w.detach().clone()
+
+    w2, step2, batches2 = make_problem()
+    state = TrainState()
+    fit(step2, batches2, steps=6, state=state, progress=False)
+    assert state.position() == {"step": 6, "epoch": 1, "batch_index": 2}
+    fit(step2, batches2, steps=10, state=state, progress=False)
+    assert torch.equal(w2.detach(), straight)
+    assert len(state.history.records) == 10
+
+
+def test_eval_and_early_stopping():
+    w, step, batches = make_problem()
+    values = iter([0.5, 0.6, 0.55, 0.58, 0.59, 0.9])
+    stopper = EarlyStopping("acc", patience=3)
+    saves = []
+    hist = fit(step, batches, steps=100, progress=False,
+               callbacks=[EvalEvery(2, lambda: {"acc": next(values)}, at_end=False), stopper,
+                          CheckpointEvery(4, lambda s: saves.append(s.step))])
+    assert stopper.best == 0.6 and stopper.best_step == 4
+    assert hist.records[-1]["step"] == 10  # evals at 2,4,6,8,10: three without improvement
+    assert saves == [4, 8]
+    assert hist.as_dict()["eval_acc"] == [0.5, 0.6, 0.55, 0.58, 0.59]
+
+
+def test_bad_arguments():
+    w, step, batches = make_problem()
+    with pytest.raises(ValueError, match="steps="):
+        fit(step, batches)
+    with pytest.raises(ValueError, match="non-negative"):
+        fit(step, batches, steps=-1)
+    with pytest.raises(ValueError, match="no batches"):
+        fit(step, lambda e: [], epochs=1, progress=False)
+    with pytest.raises(ValueError, match="loss"):
+        fit(lambda b: {"acc": 1.0}, batches, steps=1, progress=False)
+    with pytest.raises(ValueError):
+        EarlyStopping("acc", mode="up")

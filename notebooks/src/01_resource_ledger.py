@@ -38,7 +38,7 @@ cfg = config(
     SCALE,
     ci=dict(image_size=16, batches=[4, 8, 16], width=8, train_limit=512, steps=20, batch_size=32,
             eval_every=10, lr=0.05),
-    default=dict(image_size=32, batches=[16, 32, 64, 128], width=16, train_limit=None, steps=400,
+    default=dict(image_size=32, batches=[16, 32, 64, 128], width=8, train_limit=None, steps=300,
                  batch_size=64, eval_every=50, lr=0.05),
     gpu=dict(image_size=32, batches=[64, 128, 256, 512], width=32, train_limit=None, steps=2000,
              batch_size=256, eval_every=200, lr=0.1),

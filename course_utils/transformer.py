@@ -1,0 +1,168 @@
+"""A small GPT-like decoder whose saved-for-backward tensors are easy to read off.
+
+Used by lesson 06 to check the activation-memory predictor in ``course_utils.memory``
+against measurement. Attention is written out with matmuls (no fused
+``scaled_dot_product_attention``) so that every tensor autograd keeps is one named line below.
+There is no dropout: on a CPU fp32 run we want the model the measurement sees, and we say
+which of Korthikanti et al.'s terms this leaves out (the dropout masks and dropout outputs).
+
+Shapes: b = batch, s = sequence, h = hidden, a = heads, d = h / a, v = vocab.
+
+What one ``Block`` keeps for backward in fp32 (elements; ``memory.tinygpt_layer_activation_bytes``
+turns this into bytes)::
+
+    ln1 input x            s·b·h     (layer_norm saves its input, plus mean and rstd: 2·s·b)
+    ln1 output             s·b·h     (saved by the qkv Linear)
+    q, k, v (contiguous)   3·s·b·h   (saved by the two attention matmuls)
+    softmax output P       a·s²·b    (saved by softmax and by P @ v: one storage)
+    attention output       s·b·h     (saved by the output projection)
+    ln2 input              s·b·h     (+ mean and rstd: 2·s·b)
+    ln2 output             s·b·h     (saved by fc1)
+    GELU input             4·s·b·h   (GELU saves its input)
+    GELU output            4·s·b·h   (saved by fc2)
+    ---------------------------------
+    16·s·b·h + a·s²·b elements, + 4·s·b for the two layer norms' statistics
+
+Recomputation (``recompute=``): ``"selective"`` wraps only the attention core (scores, softmax,
+P @ v) in ``torch.utils.checkpoint`` so P (the a·s²·b term) is recomputed in backward instead of
+stored; ``"full"`` wraps each whole block so only its input x (s·b·h) is stored.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+def _check_recompute(recompute: str) -> str:
+    if recompute not in RECOMPUTE_MODES:
+        raise ValueError(f"recompute={recompute!r} is not known; pass one of {RECOMPUTE_MODES}")
+    return recompute
+
+
+def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   causal_bias: torch.Tensor) -> torch.Tensor:
+    """softmax(q kᵀ / √d + causal_bias) v.  q, k, v: b×a×s×d; causal_bias: s×s (0 or -inf)."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    # bias cast to the scores dtype so bf16 autocast does not promote the s² scores to fp32
+    scores = (q @ k.transpose(-2, -1)) * scale + causal_bias.to(q.dtype)  # b×a×s×s; saves q, k
+    probs = torch.softmax(scores, dim=-1)                       # softmax saves its output P
+    return probs @ v                                             # saves P (same storage) and v
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, hidden: int, heads: int, seq_len: int, selective: bool = False):
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"hidden={hidden} must be divisible by heads={heads}")
+        self.heads = heads
+        self.selective = selective
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+        # additive mask: adding a constant saves nothing for backward (masked_fill would save a mask)
+        bias = torch.full((seq_len, seq_len), float("-inf")).triu(1)
+        self.register_buffer("causal_bias", bias, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        d = h // self.heads
+
+        def heads_first(t):  # b×s×h -> b×a×s×d, contiguous so each of q, k, v is one storage
+            return t.view(b, s, self.heads, d).transpose(1, 2).contiguous()
+
+        q, k, v = (heads_first(t) for t in self.qkv(x).split(h, dim=-1))
+        bias = self.causal_bias[:s, :s]
+        if self.selective and torch.is_grad_enabled():
+            # Korthikanti et al.'s selective recomputation: drop the s² attention tensors, keep q, k, v
+            # the mask goes in through a closure: as a checkpoint input it would be stored too
+            core = functools.partial(attention_core, causal_bias=bias)
+            out = checkpoint(core, q, k, v, use_reentrant=False)
+        else:
+            out = attention_core(q, k, v, bias)
+        out = out.transpose(1, 2).contiguous().view(b, s, h)  # b×s×h, saved by proj
+        return self.proj(out)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)); MLP width 4h."""
+
+    def __init__(self, hidden: int, heads: int, seq_len: int, selective: bool = False):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(hidden)
+        self.attn = CausalSelfAttention(hidden, heads, seq_len, selective=selective)
+        self.ln2 = nn.LayerNorm(hidden)
+        self.fc1 = nn.Linear(hidden, 4 * hidden)
+        self.fc2 = nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class TinyGPT(nn.Module):
+    """Token + position embeddings, ``layers`` blocks, final LayerNorm, LM head tied to the
+    token embedding (as in GPT-2), so parameters = v·h + s·h + L·(12h² + 13h) + 2h.
+
+    ``recompute`` in {"none", "selective", "full"}; ``recompute_blocks`` (indices) limits it to
+    some blocks (None = every block), e.g. full recomputation of every second block.
+    """
+
+    def __init__(self, vocab: int = 256, seq_len: int = 64, layers: int = 2, hidden: int = 64,
+                 heads: int = 4, recompute: str = "none", recompute_blocks=None):
+        super().__init__()
+        for name, value in dict(vocab=vocab, seq_len=seq_len, layers=layers, hidden=hidden,
+                                heads=heads).items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        _check_recompute(recompute)
+        chosen = set(range(layers)) if recompute_blocks is None else set(recompute_blocks)
+        if not chosen <= set(range(layers)):
+            raise ValueError(f"recompute_blocks={sorted(chosen)} must be indices in 0..{layers - 1}")
+        self.seq_len = seq_len
+        self.full_blocks = chosen if recompute == "full" else set()
+        self.wte = nn.Embedding(vocab, hidden)
+        self.wpe = nn.Embedding(seq_len, hidden)
+        self.blocks = nn.ModuleList(
+            Block(hidden, heads, seq_len, selective=(recompute == "selective" and i in chosen))
+            for i in range(layers))
+        self.ln_f = nn.LayerNorm(hidden)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """idx: b×s int64 token ids -> logits b×s×v."""
+        if idx.dim() != 2 or idx.dtype != torch.long:
+            raise ValueError(f"idx must be a b×s int64 tensor, got {tuple(idx.shape)} {idx.dtype}")
+        b, s = idx.shape
+        if s > self.seq_len:
+            raise ValueError(f"sequence length {s} exceeds the model's seq_len={self.seq_len}")
+        pos = torch.arange(s, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)  # b×s×h
+        for i, block in enumerate(self.blocks):
+            if i in self.full_blocks and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)  # stores only x
+            else:
+                x = block(x)
+        return F.linear(self.ln_f(x), self.wte.weight)  # tied head: b×s×v
+
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy; targets b×s int64."""
+        logits = self(idx)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def tinygpt_param_count(layers: int, hidden: int, vocab: int, seq: int) -> int:
+    """v·h + s·h (embeddings, head tied) + L·(12h² + 13h) + 2h (final LayerNorm)."""
+    return vocab * hidden + seq * hidden + layers * (12 * hidden ** 2 + 13 * hidden) + 2 * hidden
+
+
+def random_tokens(batch: int, seq: int, vocab: int, generator: torch.Generator | None = None,
+                  device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """A fresh (inputs, targets) pair of b×s int64 tensors (each its own storage, so the
+    ledger counts exactly b·s·8 bytes for the targets cross-entropy keeps)."""
+    data = torch.randint(vocab, (batch, seq + 1), generator=generator)
+    return data[:, :-1].contiguous().to(device), data[:, 1:].contiguous().to(device)

@@ -1,0 +1,390 @@
+# %% [markdown]
+# # 06 · Training memory is more than one copy of the weights
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/06_training_memory.ipynb)
+#
+# The *resident state* and *kept for backward* lines of the ledger, for real: how many bytes one
+# training step needs, predicted by formula before running, then checked against measurement.
+
+# %%
+# On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
+import sys
+if "google.colab" in sys.modules:
+    import subprocess
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+
+# %% tags=["parameters"]
+import os
+SCALE = os.environ.get("COURSE_SCALE", "default")
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+
+from course_utils import memory as M
+from course_utils.exercises import check_equal
+from course_utils.report import headline, show_table
+from course_utils.runtime import setup
+from course_utils.scales import config
+from course_utils.transformer import tinygpt_param_count
+
+# TinyGPT configurations: (layers, hidden, heads, vocab, seq, batch)
+cfg = config(
+    SCALE,
+    ci=dict(seed=0, example=(2, 64, 4, 97, 32, 3),
+            sweep=[(1, 32, 4, 50, 16, 2), (2, 64, 4, 97, 32, 3), (3, 48, 6, 64, 24, 4)],
+            recompute_model=(4, 96, 4, 128, 48, 4), repeats=1),
+    default=dict(seed=0, example=(4, 128, 8, 256, 64, 8),
+                 sweep=[(1, 32, 4, 50, 16, 2), (2, 64, 4, 97, 32, 3), (3, 48, 6, 64, 24, 4),
+                        (4, 128, 8, 256, 64, 8), (6, 96, 4, 256, 64, 4), (2, 128, 8, 256, 96, 8)],
+                 recompute_model=(4, 128, 8, 256, 96, 8), repeats=3),
+    gpu=dict(seed=0, example=(12, 768, 12, 50257, 256, 8),
+             sweep=[(4, 128, 8, 256, 64, 8), (6, 192, 8, 256, 128, 4), (12, 768, 12, 50257, 256, 4),
+                    (12, 768, 12, 50257, 256, 8), (24, 1024, 16, 50257, 256, 4),
+                    (12, 768, 12, 50257, 512, 4)],
+             recompute_model=(12, 768, 12, 50257, 512, 8), repeats=5),
+)
+device = setup(SCALE, seed=cfg.seed)
+GiB = 2**30
+print(device, cfg.example)
+
+# %% [markdown]
+# ## 1 · The problem: the weights are the smallest line
+#
+# A GPT-2-small-sized model has 124 M parameters: 0.25 GB in bf16. "It fits on a 16 GB T4" is the
+# tempting conclusion. But training keeps much more than one copy of the weights: a gradient per
+# weight, Adam's two moments, an fp32 master copy under mixed precision — and the activations
+# the forward pass keeps until backward, which grow with batch × sequence length.
+
+# %%
+gpt2 = M.transformer_memory(12, 768, 12, 50257, 1024, 8, optimizer="adamw", precision="bf16-mixed")
+show_table([{"line": k, "GiB": round(v / GiB, 2)} for k, v in gpt2.items()])
+print(f"the bf16 weights are {gpt2['params'] / gpt2['total']:.0%} of the predicted total")
+
+# %% [markdown]
+# ## 2 · The mechanism: bytes per parameter, and activations per token
+#
+# **Resident state** is a fixed number of bytes *per parameter*:
+#
+# | precision | weights | gradients | fp32 master | optimizer (SGD / momentum / Adam) | Adam total |
+# |---|---|---|---|---|---|
+# | fp32 | 4 | 4 | — | 0 / 4 / 8 | 16 |
+# | bf16-mixed | 2 | 2 | 4 | 0 / 4 / 8 | **16** |
+# | bf16-mixed, fp32 gradient accumulation | 2 | 2 + 4 | 4 | 0 / 4 / 8 | **20** |
+#
+# Mixed precision does not shrink Adam's resident state at all: the moments and the master
+# copy stay fp32 so that small updates are not rounded away.
+#
+# **Activations** are per token. Korthikanti et al. (2022) count one Megatron GPT layer, 16-bit
+# activations with dropout, s = sequence, b = batch, h = hidden, a = heads:
+# s·b·h·(34 + 5·a·s/h) bytes: 34·sbh for the linear layers, GELU, layer norms and dropout masks,
+# 5·a·s²·b for the attention scores (softmax output, dropout mask, dropout output).
+#
+# **Recomputation** (`torch.utils.checkpoint`, `use_reentrant=False`) drops stored tensors and
+# recomputes them in backward: *selective* recomputes only the attention core (the s² terms go,
+# 34·sbh stay; cheap, since those ops have few FLOPs), *full* stores only each layer's input
+# (2·sbh) and re-runs the whole layer forward in backward (about one extra forward pass).
+#
+# Our measurable stand-in is `course_utils.transformer.TinyGPT`: the same pre-norm block, no dropout,
+# fp32 on CPU. Counting its saved tensors op by op (the module docstring lists them) gives
+# 4·(16·sbh + a·s²·b) + 16·sb bytes per layer — the same structure without dropout masks and
+# dropout outputs, with 4-byte elements.
+
+# %%
+s, b, h, a = 1024, 8, 768, 12
+rows = [{"recompute": r,
+         "Korthikanti 16-bit (MiB/layer)": M.korthikanti_layer_activation_bytes(s, b, h, a, r) / 2**20,
+         "TinyGPT fp32 (MiB/layer)": M.tinygpt_layer_activation_bytes(s, b, h, a, r) / 2**20}
+        for r in M.RECOMPUTE_MODES]
+show_table(rows)
+
+# %% [markdown]
+# ## 3 · Worked example: predict, then measure one step
+#
+# Predict every line for the example TinyGPT, then run one AdamW step under the ledger
+# (`course_utils.ledger.measure`: saved-for-backward bytes through saved-tensor hooks, resident
+# state from the model and optimizer). A first step runs before measuring so Adam's moments exist.
+
+# %%
+layers, hidden, heads, vocab, seq, batch = cfg.example
+pred = M.transformer_memory(*cfg.example, optimizer="adamw", precision="fp32")
+record, model = M.measure_tinygpt(*cfg.example, optimizer="adamw", steps=2, device=device)
+n_params = tinygpt_param_count(layers, hidden, vocab, seq)
+print(f"{n_params:,} parameters")
+comparison = record.compare({"activation_bytes": pred["activations"], "param_bytes": pred["params"],
+                             "grad_bytes": pred["grads"], "optimizer_bytes": pred["optimizer"]})
+print(comparison)
+
+# %% [markdown]
+# ## 4 · The evidence
+#
+# **Claim 1.** The predictor matches the measured stored activations within 1% for every
+# configuration and recomputation mode, and the resident state exactly.
+
+# %%
+sweep = []
+for c in cfg.sweep:
+    for mode in M.RECOMPUTE_MODES:
+        rec, _ = M.measure_tinygpt(*c, recompute=mode, steps=2, device=device)
+        p = M.transformer_memory(*c, recompute=mode)
+        sweep.append({"layers,hidden,heads,vocab,seq,batch": str(c), "recompute": mode,
+                      "predicted MiB": p["activations"] / 2**20,
+                      "measured MiB": rec.activation_bytes / 2**20,
+                      "measured/predicted": rec.activation_bytes / p["activations"]})
+show_table(sweep)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+worst = max(abs(r["measured/predicted"] - 1) for r in sweep)
+assert worst < 0.01, f"activation predictor off by {worst:.2%}"
+comparison.assert_close(rtol=0.01)
+
+# %% [markdown]
+# **Claim 2.** Optimizer state is 0 bytes for plain SGD, 1× the parameter bytes for SGD with
+# momentum and 2× for Adam/AdamW — measured from `optimizer.state`, step counters excluded.
+
+# %%
+opt_rows = []
+for name in M.OPTIMIZER_STATES:
+    rec, _ = M.measure_tinygpt(*cfg.sweep[0], optimizer=name, steps=2, device=device)
+    opt_rows.append({"optimizer": name, "param_bytes": rec.param_bytes,
+                     "optimizer_bytes": rec.optimizer_bytes,
+                     "ratio": rec.optimizer_bytes / rec.param_bytes})
+show_table(opt_rows)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+ratios = {r["optimizer"]: r["ratio"] for r in opt_rows}
+assert ratios == {"sgd": 0.0, "sgd-momentum": 1.0, "adam": 2.0, "adamw": 2.0}, ratios
+
+# %% [markdown]
+# **Claim 3.** Recomputation trades compute for memory: full recomputation keeps a small fraction
+# of the activations for roughly a third more FLOPs; selective drops the s² attention tensors for
+# almost no FLOPs (the attention-score matmuls are a small share at this size).
+
+# %%
+tradeoff = M.recompute_tradeoff(*cfg.recompute_model, device=device, repeats=cfg.repeats)
+show_table(tradeoff)
+fig, ax = plt.subplots(figsize=(5, 3.5))
+for r in tradeoff:
+    ax.scatter(r["flops_ratio"], r["memory_ratio"], s=60)
+    ax.annotate(r["mode"], (r["flops_ratio"], r["memory_ratio"]), textcoords="offset points", xytext=(6, 4))
+ax.set_xlabel("FLOPs per step (relative to none)")
+ax.set_ylabel("stored activations (relative to none)")
+ax.set_title("recomputation: memory kept vs compute paid")
+plt.show()
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tr = {r["mode"]: r for r in tradeoff}
+assert tr["full"]["memory_ratio"] < 0.3 and 1.1 < tr["full"]["flops_ratio"] < 1.5
+assert tr["selective"]["memory_ratio"] < 1.0 and tr["selective"]["flops_ratio"] < 1.1
+
+# %% [markdown]
+# **Claim 4.** bf16 autocast shrinks the activations, not the optimizer state. Autocast runs the
+# matmuls in bf16, so their saved inputs are 2-byte; the residual stream and layer-norm inputs
+# stay fp32. It also saves bf16 *copies of the weights* for backward, which the ledger counts as
+# saved tensors although they do not grow with the batch — so we compare the per-sample slope
+# (bytes at batch 2b minus bytes at batch b), in which the weight copies cancel.
+
+# %%
+ex = list(cfg.sweep[1])
+def measured(batch, autocast):
+    return M.measure_tinygpt(*ex[:5], batch, autocast=autocast, steps=2, device=device)[0]
+slope = {ac: measured(8, ac).activation_bytes - measured(4, ac).activation_bytes for ac in (False, True)}
+opt_bytes = {ac: measured(4, ac).optimizer_bytes for ac in (False, True)}
+bf16_ratio = slope[True] / slope[False]
+print(f"per-sample activations bf16/fp32 = {bf16_ratio:.3f}; optimizer bytes bf16/fp32 = "
+      f"{opt_bytes[True] / opt_bytes[False]:.3f}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert bf16_ratio < 0.75, bf16_ratio
+assert opt_bytes[True] == opt_bytes[False]
+
+# %% [markdown]
+# **On a GPU** the allocator reports what the step really took: `torch.cuda.max_memory_allocated`
+# (activations + gradients + temporaries), and a snapshot of every allocation that
+# [pytorch.org/memory_viz](https://pytorch.org/memory_viz) draws over time. On a CPU both helpers
+# return `None` and record nothing.
+
+# %%
+def one_step():
+    M.measure_tinygpt(*cfg.example, steps=2, device=device)
+peak = M.cuda_peak_bytes(one_step)
+snapshot = M.record_memory_snapshot(one_step, "build/06_memory_snapshot.pickle")
+print("CUDA peak:", "n/a on CPU" if peak is None else f"{peak / 2**20:.1f} MiB",
+      "| snapshot:", snapshot or "n/a on CPU")
+
+# %% [markdown]
+# **What fits.** The widget below (live kernel only) sets model, batch, sequence, precision,
+# optimizer and recomputation and draws the predicted breakdown against a device. The static plot
+# shows three settings of GPT-2 small on a T4.
+
+# %%
+M.what_fits_widget()
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(12, 4), sharey=True)
+settings = [dict(precision="fp32", batch=8), dict(precision="bf16-mixed", batch=8),
+            dict(precision="bf16-mixed", batch=8, recompute="selective")]
+fits = []
+for ax, kw in zip(axes, settings):
+    rep = M.what_fits("GPT-2 small (124M)", seq=1024, **kw)
+    fits.append(rep["fits"])
+    M.plot_breakdown(rep, ax=ax, title=", ".join(f"{k}={v}" for k, v in kw.items()))
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 5 · The boundary
+#
+# - On CPU we measure what autograd **stores**, not peak memory. The predictor leaves out the CUDA
+#   context, allocator caching and fragmentation, kernel workspaces, temporaries inside and between
+#   ops, gradient buffers produced during backward, and the one layer full recomputation
+#   re-materialises (`what_fits` adds that one as "recompute_workspace"). A real peak is higher:
+#   treat a small headroom as "does not fit".
+# - The 16-bit formula assumes Megatron's layer (dropout, fused kernels, fp32 logits). Our fp32
+#   TinyGPT has no dropout, so its count is the derived one above; the two agree in structure, not
+#   in constants. On CUDA, autocast runs softmax in fp32, so the s² term costs 4 bytes there.
+# - Wall-time ratios on a shared CPU are noisy (on a busy machine full recomputation can even
+#   *look* faster); FLOP ratios are exact counts of matmul FLOPs, so the evidence asserts those.
+# - Activation memory is one line. Sharding the resident state across devices (lesson 08) or
+#   splitting the layers (lesson 09) changes which device holds which bytes, not the total.
+
+# %% [markdown]
+# ## Exercises
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q1_mixed_adam_bytes
+# points: 1
+
+# %% [markdown]
+# **Exercise 1 —** Write `mixed_adam_bytes(n_params, fp32_grad_accumulation=False)`: the resident
+# bytes (weights, gradients, master copy, moments) of bf16 mixed-precision AdamW training.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def mixed_adam_bytes(n_params, fp32_grad_accumulation=False):
+    # BEGIN SOLUTION
+    return M.state_memory(n_params, optimizer="adamw", precision="bf16-mixed",
+                          fp32_grad_accumulation=fp32_grad_accumulation)["total"]
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+check_equal(mixed_adam_bytes(1), 16, what="bytes per parameter (bf16 weights 2 + bf16 grads 2 + fp32 master 4 + fp32 moments 8)")
+
+# %%
+# HIDDEN
+check_equal(mixed_adam_bytes(10, fp32_grad_accumulation=True), 200, what="10 parameters with fp32 gradient accumulation")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q2_selective_saving
+# points: 1
+
+# %% [markdown]
+# **Exercise 2 —** With Korthikanti's formula, how many bytes does *selective* recomputation save
+# per layer at sequence `s`, batch `b`, hidden `h`, heads `a`? Write `selective_saving(s, b, h, a)`.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def selective_saving(s, b, h, a):
+    # BEGIN SOLUTION
+    return 5 * a * s * s * b
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+check_equal(selective_saving(1024, 1, 768, 12),
+            M.korthikanti_layer_activation_bytes(1024, 1, 768, 12)
+            - M.korthikanti_layer_activation_bytes(1024, 1, 768, 12, "selective"),
+            what="bytes selective recomputation saves per layer (s=1024, b=1, h=768, a=12)")
+
+# %%
+# HIDDEN
+check_equal(selective_saving(2048, 4, 4096, 32), 5 * 32 * 2048**2 * 4, what="saving at s=2048, b=4, h=4096, a=32")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q3_largest_batch
+# points: 1
+
+# %% [markdown]
+# **Exercise 3 —** Using `M.what_fits`, find the largest batch (1–64) at which GPT-2 medium
+# (350M) trains with bf16-mixed AdamW, sequence 1024, **no** recomputation, on a T4; return it
+# (0 if none fits). Then compare with `recompute="full"` in a cell of your own.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def largest_batch(recompute="none"):
+    # BEGIN SOLUTION
+    best = 0
+    for batch in range(1, 65):
+        if M.what_fits("GPT-2 medium (350M)", batch=batch, seq=1024, precision="bf16-mixed",
+                       recompute=recompute)["fits"]:
+            best = batch
+    return best
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+check_equal([M.what_fits("GPT-2 medium (350M)", batch=b, seq=1024)["fits"] for b in (largest_batch(), largest_batch() + 1)],
+            [True, False], what="[your batch fits, one more fits] for GPT-2 medium on a T4")
+
+# %%
+# HIDDEN
+assert largest_batch("full") > largest_batch("none"), "full recomputation should let a larger batch fit"
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %%
+headline(
+    predictor_worst_error=worst,
+    adam_state_over_params=ratios["adam"],
+    full_recompute_memory_kept=tr["full"]["memory_ratio"],
+    full_recompute_flops_paid=tr["full"]["flops_ratio"],
+    selective_memory_kept=tr["selective"]["memory_ratio"],
+    bf16_per_sample_activation_ratio=bf16_ratio,
+    gpt2_small_bf16_adam_gib=gpt2["total"] / GiB,
+)

@@ -1,0 +1,434 @@
+# %% [markdown]
+# # 10 · Checkpoint and resume, done right
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/10_checkpoint_resume.ipynb)
+#
+# A checkpoint is the *resident state* line of the ledger written to disk — all of it, not just the
+# weights. This lesson checks what "all of it" means by resuming a run and comparing bit for bit.
+
+# %%
+# On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
+import sys
+if "google.colab" in sys.modules:
+    import subprocess
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+
+# %% tags=["parameters"]
+import os
+SCALE = os.environ.get("COURSE_SCALE", "default")
+
+# %%
+import tempfile
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_utils import checkpoint as ck
+from course_utils.data import load_dataset
+from course_utils.exercises import check_equal
+from course_utils.models import MLP
+from course_utils.objectives.moco import FeatureQueue
+from course_utils.report import headline, show_table
+from course_utils.runtime import seed_everything, setup
+from course_utils.scales import config
+from course_utils.train import CheckpointEvery, EarlyStopping, EvalEvery, fit
+
+cfg = config(
+    SCALE,
+    ci=dict(seed=0, steps=24, batch=32, hidden=32, lr=3e-3, moco_steps=12, queue=64,
+            es_steps=60, crash_mib=4),
+    default=dict(seed=0, steps=160, batch=32, hidden=128, lr=3e-3, moco_steps=100, queue=256,
+                 es_steps=800, crash_mib=64),
+    gpu=dict(seed=0, steps=400, batch=64, hidden=256, lr=3e-3, moco_steps=200, queue=1024,
+             es_steps=1500, crash_mib=256),
+)
+device = setup(SCALE, seed=cfg.seed)
+train = load_dataset("digits", "train", device=device)
+val = load_dataset("digits", "test", device=device)
+workdir = Path(tempfile.mkdtemp(prefix="lesson10_"))
+print(device, train, workdir)
+
+# %% [markdown]
+# ## 1 · The problem: a run that stops halfway
+#
+# Long runs get interrupted: a preempted Colab, a crash, a full disk. The source contrasts two
+# ways back (MMDetection's flags): **`resume_from`** loads the weights *and the optimizer state* and
+# continues from the checkpoint's step — for runs that were cut off; **`load_from`** loads only the
+# weights and starts at step 0 — for fine-tuning. Using the second to continue a run is a quiet
+# mistake: Adam's moments restart from zero and the learning-rate schedule starts over.
+#
+# Everything below uses one small run: an MLP on 8×8 digits, AdamW, a cosine schedule, input noise
+# drawn from torch's RNG, data reshuffled every epoch.
+
+# %%
+def make_run(model_seed=0, steps=cfg.steps):
+    """Model, optimizer, schedule, data order and step function of one run."""
+    torch.manual_seed(model_seed)
+    model = MLP(64, cfg.hidden, 10, layers=3).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
+    data = ck.EpochBatches(train.images, train.labels, batch_size=cfg.batch, seed=1)
+
+    def step(batch):
+        x, y = batch
+        x = x + 0.05 * torch.randn_like(x)  # augmentation: uses the torch RNG
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        return loss
+    return model, opt, sched, data, step
+
+
+def val_accuracy(model):
+    with torch.no_grad():
+        return (model(val.images).argmax(1) == val.labels).float().mean().item()
+
+
+half = cfg.steps // 2
+seed_everything(cfg.seed)
+model_s, opt_s, sched_s, data_s, step_s = make_run()
+straight = fit(step_s, data_s, steps=cfg.steps, desc="straight")
+print(f"straight run: {cfg.steps} steps, final loss {straight.last('loss'):.4f}, "
+      f"val acc {val_accuracy(model_s):.3f}")
+
+# %% [markdown]
+# ## 2 · The mechanism: what the next step depends on
+#
+# | piece | why resuming needs it |
+# |---|---|
+# | model weights | obviously |
+# | optimizer state | Adam's two moments per weight (2× the weights) and its step count |
+# | LR scheduler | where on the schedule we are |
+# | GradScaler | the fp16 loss scale (when AMP uses one) |
+# | RNG states | Python, NumPy, torch CPU and CUDA: dropout, augmentation, noise |
+# | data position | epoch, batch index, and the shuffling seed: which batch comes next |
+# | step counter + history | for the schedule, logging and callbacks |
+# | objective caches | MoCo's queue of keys and its pointer; any other buffer that persists |
+#
+# `ck.capture_training_state(...)` gathers these into plain tensors, numbers and dicts (NumPy's RNG
+# as a tensor plus ints) so that `torch.load(weights_only=True)` — which refuses to run arbitrary
+# pickled code — can read it back. `ck.save` writes atomically: a temporary file in the same
+# folder, flush + fsync, `os.replace` over the old name, fsync of the folder. A crash at any moment
+# leaves either the old file or the new one, never half of one.
+
+# %% [markdown]
+# ## 3 · Worked example: stop at half time, then resume
+#
+# Run the first half with a `CheckpointManager` (keeps the last 2 files) saving through the
+# training loop's `CheckpointEvery` callback; then build everything fresh — other initial weights,
+# scrambled RNGs, as a new process would — load the newest checkpoint and continue.
+
+# %%
+seed_everything(cfg.seed)
+model_a, opt_a, sched_a, data_a, step_a = make_run()
+manager = ck.CheckpointManager(workdir / "run", keep_last=2)
+every = max(half // 3, 1)
+saver = CheckpointEvery(every, lambda st: manager.save(ck.capture_training_state(
+    model=model_a, optimizer=opt_a, scheduler=sched_a, train_state=st, data=data_a), st.step))
+fit(step_a, data_a, steps=half, callbacks=[saver], desc="first half")
+print("kept:", [p.name for p in manager.paths()])
+
+state, path = manager.load_latest()
+sizes = {k: sum(t.numel() * t.element_size() for t in _tensors)
+         for k, _tensors in [("model", list(state["model"].values())),
+                             # Adam's moments; its per-tensor "step" counters are 4 bytes each
+                             ("optimizer", [t for s in state["optimizer"]["state"].values()
+                                            for name, t in s.items() if name != "step"])]}
+show_table([{"entry": k, "tensor bytes": v} for k, v in sizes.items()]
+           + [{"entry": "position", "tensor bytes": str(state["position"])}])
+
+# %%
+seed_everything(12345)  # a new process: other RNG states ...
+model_b, opt_b, sched_b, data_b, step_b = make_run(model_seed=7)  # ... and other initial weights
+ts = ck.restore_training_state(state, model=model_b, optimizer=opt_b, scheduler=sched_b, data=data_b)
+print("resuming at", ts.position())
+resumed = fit(step_b, data_b, steps=cfg.steps, state=ts, desc="resumed")
+
+# load_from instead: weights only, fresh optimizer and schedule, step 0
+seed_everything(12345)
+model_w, opt_w, sched_w, data_w, step_w = make_run(model_seed=7, steps=cfg.steps - half)
+ck.load_weights(path, model_w)
+weights_only = fit(step_w, data_w, steps=cfg.steps - half, desc="weights only")
+
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ax.plot(straight.series("step"), straight.series("loss"), label="straight", lw=3, alpha=0.4)
+ax.plot(resumed.series("step")[half:], resumed.series("loss")[half:], label="resumed (resume_from)", ls="--")
+ax.plot([s + half for s in weights_only.series("step")], weights_only.series("loss"),
+        label="weights only (load_from)", lw=1)
+ax.axvline(half, color="k", lw=0.5)
+ax.set_xlabel("step")
+ax.set_ylabel("training loss")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# ## 4 · The evidence
+#
+# **Claim 1.** Resuming gives the run that never stopped: same loss at every step and the same
+# final parameters, bit for bit on CPU (on CUDA, within 1e-6, since some kernels are not
+# bitwise deterministic).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+exact = device.type == "cpu"
+assert resumed.series("loss") == straight.series("loss") or not exact
+for p, q in zip(model_s.parameters(), model_b.parameters()):
+    assert torch.equal(p, q) if exact else torch.allclose(p, q, atol=1e-6)
+
+# %% [markdown]
+# **Claim 2.** Loading only the weights is a different run: Adam restarts from zero moments and
+# the cosine schedule restarts at its peak learning rate.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert weights_only.series("loss") != straight.series("loss")[half:]
+assert any(not torch.equal(p, q) for p, q in zip(model_s.parameters(), model_w.parameters()))
+
+# %% [markdown]
+# **Claim 3.** An objective's cache is training state. A MoCo-style run compares each query with a
+# queue of keys from earlier batches (lesson 03). Resume it with the queue and it continues
+# exactly; resume it from a checkpoint that forgot the queue (a fresh random queue, pointer 0)
+# and it diverges.
+
+# %%
+class MoCoToy(nn.Module):
+    """Query encoder, momentum key encoder (in the state dict, so it is checkpointed)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = MLP(64, cfg.hidden, 16, layers=2)
+        self.k = MLP(64, cfg.hidden, 16, layers=2)
+        self.k.load_state_dict(self.q.state_dict())
+        self.k.requires_grad_(False)
+
+
+def make_moco(model_seed=0):
+    torch.manual_seed(model_seed)
+    net, queue = MoCoToy().to(device), FeatureQueue(cfg.queue, 16).to(device)
+    opt = torch.optim.SGD(net.q.parameters(), lr=0.1, momentum=0.9)
+    data = ck.EpochBatches(train.images, batch_size=cfg.batch, seed=2)
+
+    def step(x):
+        q = F.normalize(net.q(x + 0.1 * torch.randn_like(x)), dim=1)
+        with torch.no_grad():
+            for pk, pq in zip(net.k.parameters(), net.q.parameters()):
+                pk.mul_(0.99).add_(pq, alpha=0.01)
+            k = F.normalize(net.k(x + 0.1 * torch.randn_like(x)), dim=1)
+        logits = torch.cat([(q * k).sum(1, keepdim=True), q @ queue.keys.T], dim=1) / 0.2
+        loss = F.cross_entropy(logits, torch.zeros(len(x), dtype=torch.long, device=x.device))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        queue.enqueue(k)
+        return loss
+    return net, queue, opt, data, step
+
+
+mhalf = cfg.moco_steps // 2
+seed_everything(cfg.seed)
+net, queue, opt, data, step = make_moco()
+moco_straight = fit(step, data, steps=cfg.moco_steps, desc="moco straight")
+
+def moco_resume(keep_queue):
+    seed_everything(cfg.seed)
+    net, queue, opt, data, step = make_moco()
+    caches = {"queue": queue} if keep_queue else {}
+    saver = CheckpointEvery(mhalf, lambda st: ck.save(workdir / "moco.pt", ck.capture_training_state(
+        model=net, optimizer=opt, train_state=st, data=data, caches=caches)))
+    fit(step, data, steps=mhalf, callbacks=[saver], desc="moco first half")
+    seed_everything(99)
+    net2, queue2, opt2, data2, step2 = make_moco(model_seed=5)
+    ts = ck.restore_training_state(ck.load(workdir / "moco.pt"), model=net2, optimizer=opt2,
+                                   data=data2, caches={"queue": queue2} if keep_queue else {})
+    return fit(step2, data2, steps=cfg.moco_steps, state=ts, desc="moco resumed"), net2
+
+moco_with, net_with = moco_resume(keep_queue=True)
+moco_without, net_without = moco_resume(keep_queue=False)
+gap = max(abs(a - b) for a, b in zip(moco_without.series("loss"), moco_straight.series("loss")))
+print(f"largest loss difference without the queue: {gap:.4f}")
+
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ax.plot(moco_straight.series("loss"), label="straight", lw=3, alpha=0.4)
+ax.plot(moco_with.series("loss"), label="resumed with queue", ls="--")
+ax.plot(moco_without.series("loss"), label="resumed without queue", lw=1)
+ax.axvline(mhalf, color="k", lw=0.5)
+ax.set_xlabel("step")
+ax.set_ylabel("InfoNCE loss")
+ax.legend()
+plt.show()
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert moco_with.series("loss") == moco_straight.series("loss") or not exact
+assert all(torch.allclose(p, q, atol=0 if exact else 1e-6)
+           for p, q in zip(net.parameters(), net_with.parameters()))
+assert gap > 1e-3, "without its queue the resumed MoCo run must differ"
+
+# %% [markdown]
+# **Claim 4.** A save killed midway leaves the previous checkpoint loadable. A child process
+# (multiprocessing) overwrites the checkpoint with a large state and is killed by the kernel after
+# writing part of it. With `ck.save` the old file survives (the half-written temporary file is
+# cleaned up later); with a plain `torch.save(state, path)` the old checkpoint is gone and
+# `ck.load` says so, naming the file and what to do.
+
+# %%
+last = workdir / "last.pt"
+ck.save(last, ck.capture_training_state(model=model_s, optimizer=opt_s, scheduler=sched_s))
+n = cfg.crash_mib * 2**20
+code_atomic = ck.crash_during_save(last, n_bytes=n, kill_after_bytes=n // 4, atomic=True)
+survivor = ck.load(last)
+print(f"atomic save: child exit code {code_atomic}; the old checkpoint loads "
+      f"({len(survivor['model'])} weight tensors); leftover temp files: "
+      f"{[p.name for p in workdir.glob('.last.pt.*.tmp')]}")
+
+naive = workdir / "naive.pt"
+ck.save(naive, {"kind": "payload"})
+code_naive = ck.crash_during_save(naive, n_bytes=n, kill_after_bytes=n // 4, atomic=False)
+try:
+    ck.load(naive)
+    naive_error = None
+except ck.CorruptCheckpointError as err:
+    naive_error = err
+print(f"naive save: child exit code {code_naive}; load says:\n  {naive_error}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert code_atomic < 0 and code_naive < 0, "both children must have been killed"
+assert torch.equal(survivor["model"]["net.0.weight"], model_s.state_dict()["net.0.weight"])
+assert isinstance(naive_error, ck.CorruptCheckpointError) and "naive.pt" in str(naive_error)
+
+# %% [markdown]
+# **Claim 5.** Early stopping on a validation metric: evaluate every few steps, stop when the
+# validation accuracy has not improved for `patience` evaluations, and keep the best weights.
+# A checkpoint of that best model is what you would fine-tune from (with `load_weights`).
+
+# %%
+seed_everything(cfg.seed)
+model_e, opt_e, sched_e, data_e, step_e = make_run(steps=cfg.es_steps)
+evaluator = EvalEvery(max(cfg.es_steps // 30, 2), lambda: {"val_acc": val_accuracy(model_e)})
+stopper = EarlyStopping("val_acc", mode="max", patience=4, model=model_e)
+es_hist = fit(step_e, data_e, steps=cfg.es_steps, callbacks=[evaluator, stopper], desc="early stopping")
+final_acc = val_accuracy(model_e)
+print(f"ran {es_hist.last('step')} of {cfg.es_steps} steps; best val acc {stopper.best:.3f} at step "
+      f"{stopper.best_step}; restored model: {final_acc:.3f}")
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.plot(es_hist.series("step", evals=True), es_hist.series("val_acc", evals=True), marker="o")
+ax.axvline(stopper.best_step, color="g", ls="--", label="best")
+ax.set_xlabel("step")
+ax.set_ylabel("val accuracy")
+ax.legend()
+plt.show()
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert abs(final_acc - stopper.best) < 1e-9, "EarlyStopping must restore the best weights"
+assert final_acc == max(es_hist.series("val_acc", evals=True))
+
+# %% [markdown]
+# ## 5 · The boundary
+#
+# - **Bitwise** resume needs the same code, library versions, device and thread count; on GPUs
+#   some kernels are non-deterministic, so expect agreement to ~1e-6, not bit for bit.
+# - The checkpoint covers what you hand it. A cache you forget (a queue, an EMA teacher, a memory
+#   bank), a data loader with worker processes holding their own RNG, or callback state (the
+#   early-stopping counter here) are silently lost — the MoCo example shows the cost.
+# - Atomic rename protects against a crash *during* a save on one file system; it is not a backup.
+#   Keeping the last k files on the same disk does not survive losing the disk.
+# - `weights_only=True` makes loading safe from code execution, not from wrong content; the CRC
+#   check catches damaged bytes, not a state that was wrong when it was written.
+
+# %% [markdown]
+# ## Exercises
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q1_data_position
+# points: 1
+
+# %% [markdown]
+# **Exercise 1 —** The loop saved after `step` updates with `batches_per_epoch` batches per epoch.
+# Write `data_position(step, batches_per_epoch)` returning `(epoch, batch_index)`: the epoch the
+# next batch comes from and how many of its batches were already used — what `fit` needs to skip.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def data_position(step, batches_per_epoch):
+    # BEGIN SOLUTION
+    return step // batches_per_epoch, step % batches_per_epoch
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+check_equal(data_position(7, 5), (1, 2), what="position after 7 steps of 5 batches per epoch")
+
+# %%
+# HIDDEN
+check_equal(data_position(12, 4), (3, 0), what="position after exactly 3 epochs of 4 batches")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q2_checkpoint_bytes
+# points: 1
+
+# %% [markdown]
+# **Exercise 2 —** How many tensor bytes does a resume checkpoint of an fp32 model with `n_params`
+# parameters trained with AdamW hold for weights + optimizer moments? And a weights-only one?
+# Return both as `(resume_bytes, weights_bytes)`.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def checkpoint_bytes(n_params):
+    # BEGIN SOLUTION
+    return 3 * 4 * n_params, 4 * n_params
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+check_equal(checkpoint_bytes(sum(p.numel() for p in model_s.parameters())),
+            (sizes["model"] + sizes["optimizer"], sizes["model"]),
+            what="(resume, weights-only) tensor bytes of the lesson's checkpoint")
+
+# %%
+# HIDDEN
+check_equal(checkpoint_bytes(10), (120, 40), what="checkpoint bytes of 10 fp32 parameters")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %%
+headline(
+    resume_bitwise_identical=float(all(torch.equal(p, q) for p, q in zip(model_s.parameters(), model_b.parameters()))),
+    moco_loss_gap_without_queue=gap,
+    killed_save_old_checkpoint_loads=float(survivor is not None),
+    early_stop_step=es_hist.last("step"),
+    early_stop_best_val_acc=stopper.best,
+)

@@ -1,0 +1,132 @@
+"""Training-memory predictor: formulas, and agreement with the ledger's measurement."""
+import pytest
+import torch
+
+from course_utils import memory as M
+from course_utils.models import MLP, SmallResNet
+from course_utils.transformer import TinyGPT, tinygpt_param_count
+
+CONFIGS = [  # layers, hidden, heads, vocab, seq, batch
+    (1, 32, 4, 50, 16, 2),
+    (2, 64, 4, 97, 32, 3),
+    (3, 48, 6, 64, 24, 4),
+]
+
+
+# --------------------------------------------------------------------------- formulas
+def test_bytes_per_param_table():
+    per = lambda *a, **k: sum(M.state_bytes_per_param(*a, **k).values())
+    assert per("adamw", "bf16-mixed") == 16  # 2 + 2 + 4 master + 8 moments
+    assert per("adam", "bf16-mixed", fp32_grad_accumulation=True) == 20
+    assert per("adam", "fp32") == 16 and per("sgd", "fp32") == 8 and per("sgd-momentum", "fp32") == 12
+    assert M.state_bytes_per_param("adam", "bf16-mixed")["optimizer"] == 8, "moments stay fp32"
+
+
+def test_korthikanti_per_layer_forms():
+    s, b, h, a = 2048, 4, 4096, 32
+    assert M.korthikanti_layer_activation_bytes(s, b, h, a) == s * b * h * (34 + 5 * a * s / h)
+    assert M.korthikanti_layer_activation_bytes(s, b, h, a, "selective") == 34 * s * b * h
+    assert M.korthikanti_layer_activation_bytes(s, b, h, a, "full") == 2 * s * b * h
+
+
+def test_transformer_memory_keys_and_sums():
+    m = M.transformer_memory(12, 768, 12, 50257, 1024, 8, precision="bf16-mixed")
+    assert tuple(m) == M.MEMORY_KEYS
+    assert m["total"] == sum(v for k, v in m.items() if k != "total")
+    n = tinygpt_param_count(12, 768, 50257, 1024)
+    assert 124e6 < n < 125e6, "GPT-2 small shape has ~124M parameters"
+    assert m["params"] == 2 * n and m["master_params"] == 4 * n and m["optimizer"] == 8 * n
+    sel = M.transformer_memory(12, 768, 12, 50257, 1024, 8, precision="bf16-mixed", recompute="selective")
+    full = M.transformer_memory(12, 768, 12, 50257, 1024, 8, precision="bf16-mixed", recompute="full")
+    assert full["activations"] < sel["activations"] < m["activations"]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_param_count_matches_model(cfg):
+    layers, hidden, heads, vocab, seq, _ = cfg
+    model = TinyGPT(vocab, seq, layers, hidden, heads)
+    assert sum(p.numel() for p in model.parameters()) == tinygpt_param_count(layers, hidden, vocab, seq)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(optimizer="lion"), "sgd-momentum"),
+    (dict(precision="fp16"), "bf16-mixed"),
+    (dict(recompute="half"), "selective"),
+])
+def test_invalid_choices_name_valid_ones(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        M.transformer_memory(2, 64, 4, 100, 32, 2, **kwargs)
+
+
+def test_invalid_sizes():
+    with pytest.raises(ValueError, match="divisible"):
+        M.transformer_memory(2, 65, 4, 100, 32, 2)
+    with pytest.raises(ValueError, match="batch"):
+        M.transformer_memory(2, 64, 4, 100, 32, 0)
+    with pytest.raises(ValueError, match="fp32_grad_accumulation"):
+        M.state_memory(10, precision="fp32", fp32_grad_accumulation=True)
+
+
+# --------------------------------------------------------------------------- measured
+@pytest.mark.parametrize("mode", M.RECOMPUTE_MODES)
+@pytest.mark.parametrize("cfg", CONFIGS[:2])
+def test_tinygpt_activations_match_measurement(cfg, mode):
+    record, _ = M.measure_tinygpt(*cfg, recompute=mode, optimizer="adamw", steps=2)
+    pred = M.transformer_memory(*cfg, recompute=mode, optimizer="adamw")
+    assert record.activation_bytes == pytest.approx(pred["activations"], rel=0.01)
+    assert record.param_bytes == pred["params"] and record.grad_bytes == pred["grads"]
+    assert record.optimizer_bytes == pred["optimizer"]
+
+
+@pytest.mark.parametrize("name, factor", [("sgd", 0), ("sgd-momentum", 1), ("adam", 2), ("adamw", 2)])
+def test_measured_optimizer_state(name, factor):
+    record, _ = M.measure_tinygpt(1, 32, 4, 50, 16, 2, optimizer=name, steps=2)
+    assert record.optimizer_bytes == factor * record.param_bytes
+
+
+def test_recomputation_trades_flops_for_memory():
+    rows = {r["mode"]: r for r in M.recompute_tradeoff(2, 64, 4, 97, 32, 3, repeats=1)}
+    assert rows["full"]["activation_bytes"] < rows["selective"]["activation_bytes"] < rows["none"]["activation_bytes"]
+    # full recomputation repeats the blocks' forward: between 1.15× and 1.5× the FLOPs here
+    assert 1.15 < rows["full"]["flops_ratio"] < 1.5
+    assert 1.0 < rows["selective"]["flops_ratio"] < rows["full"]["flops_ratio"]
+
+
+def test_bf16_autocast_shrinks_activations_not_optimizer_state():
+    def measure(batch, autocast):
+        return M.measure_tinygpt(2, 64, 4, 97, 32, batch, autocast=autocast, steps=2)[0]
+    # per-sample slope: bf16 weight copies autocast saves do not grow with the batch and cancel
+    slope = {ac: measure(8, ac).activation_bytes - measure(4, ac).activation_bytes for ac in (False, True)}
+    assert slope[True] < 0.75 * slope[False]
+    assert measure(4, True).optimizer_bytes == measure(4, False).optimizer_bytes
+
+
+def test_kit_models_predicted():
+    mlp = MLP(64, 128, 10, layers=3)
+    pred = M.model_memory(mlp, (32, 64), optimizer="adam")
+    n = sum(p.numel() for p in mlp.parameters())
+    assert pred["params"] == 4 * n and pred["optimizer"] == 8 * n and pred["master_params"] == 0
+    assert pred["activations"] == 32 * 64 * 4 + 2 * 32 * 128 * 4 + 32 * 10 * 4 + 32 * 8 + 4
+    assert M.model_memory(SmallResNet(8, num_classes=10), optimizer="sgd")["optimizer"] == 0
+
+
+def test_what_fits():
+    small = M.what_fits("GPT-2 small (124M)", batch=1, seq=1024, precision="bf16-mixed")
+    assert small["fits"] and small["total"] == sum(small["breakdown"].values())
+    big = M.what_fits("6.7B", batch=1, seq=1024, precision="bf16-mixed")
+    assert not big["fits"] and big["breakdown"]["optimizer"] > small["capacity"] / 2
+    more = M.what_fits("GPT-2 small (124M)", batch=16, seq=1024, precision="bf16-mixed")
+    # every 16-bit activation term is proportional to the batch; resident state is not
+    assert more["breakdown"]["activations"] == 16 * small["breakdown"]["activations"]
+    assert more["breakdown"]["optimizer"] == small["breakdown"]["optimizer"]
+    with pytest.raises(ValueError, match="T4"):
+        M.what_fits(device="TPU")
+
+
+def test_cuda_only_helpers_are_clean_on_cpu(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("CPU behaviour")
+    ran = []
+    assert M.cuda_peak_bytes(lambda: ran.append(1)) is None
+    assert M.record_memory_snapshot(lambda: ran.append(1), tmp_path / "s.pickle") is None
+    assert not (tmp_path / "s.pickle").exists()

@@ -66,13 +66,29 @@ class TrainState:
 
 
 class Callback:
+    """Hooks the loop calls. ``state_dict``/``load_state_dict`` let a checkpoint carry a
+    callback's own counters, so that a resumed run stops and evaluates exactly where the
+    uninterrupted one would."""
+    _state_keys: tuple = ()
+
     def on_step_end(self, state: TrainState) -> None: ...
     def on_epoch_end(self, state: TrainState) -> None: ...
     def on_train_end(self, state: TrainState) -> None: ...
 
+    def state_dict(self) -> dict:
+        return {k: copy.deepcopy(getattr(self, k)) for k in self._state_keys}
+
+    def load_state_dict(self, state: dict) -> None:
+        missing = set(self._state_keys) - set(state)
+        if missing:
+            raise ValueError(f"{type(self).__name__} state is missing {sorted(missing)}")
+        for k in self._state_keys:
+            setattr(self, k, copy.deepcopy(state[k]))
+
 
 class EvalEvery(Callback):
     """Every ``every`` steps (and at the end), call ``evaluate()`` -> dict and record it."""
+    _state_keys = ("_last",)
 
     def __init__(self, every: int, evaluate, *, at_end: bool = True):
         if not isinstance(every, int) or every <= 0:
@@ -103,6 +119,7 @@ class EarlyStopping(Callback):
 
     With ``model`` given, the best weights are kept and restored when training ends.
     """
+    _state_keys = ("best", "best_step", "best_state", "bad_evals", "_seen")
 
     def __init__(self, metric: str, *, mode: str = "max", patience: int = 3,
                  min_delta: float = 0.0, model: torch.nn.Module | None = None):

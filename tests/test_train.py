@@ -73,3 +73,14 @@ def test_bad_arguments():
         fit(lambda b: {"acc": 1.0}, batches, steps=1, progress=False)
     with pytest.raises(ValueError):
         EarlyStopping("acc", mode="up")
+
+
+def test_early_stopping_state_round_trip():
+    model = torch.nn.Linear(2, 1)
+    a = EarlyStopping("acc", patience=2, model=model)
+    a.best, a.best_step, a.bad_evals, a._seen = 0.7, 8, 1, 4
+    b = EarlyStopping("acc", patience=2, model=model)
+    b.load_state_dict(a.state_dict())
+    assert (b.best, b.best_step, b.bad_evals, b._seen) == (0.7, 8, 1, 4)
+    with pytest.raises(ValueError, match="missing"):
+        b.load_state_dict({})

@@ -1,0 +1,288 @@
+"""Pipeline parallel: a schedule simulator, then a real 2-stage pipeline (lesson 09).
+
+p devices each hold one stage (a slice of the layers); the batch is cut into m micro-batches.
+A stage can only run micro-batch j's forward after the previous stage has, and its backward after
+the next stage has: the idle time is the *bubble*. Costs in time units: F (forward of one
+micro-batch on one stage), B (backward), and for zero-bubble schedules B is split into
+B_input (gradient w.r.t. the stage input, on the critical path) and W (weight gradient, which
+nobody downstream waits for, so it can fill idle slots).
+
+    GPipe  all F, then all B          bubble = (p-1)/(m+p-1)      activations held: m
+    1F1B   warm-up, then alternate    bubble = (p-1)/(m+p-1)      activations held: p - stage
+    interleaved 1F1B, v chunks/device bubble = (p-1)/(v·m+p-1)    (more point-to-point traffic)
+    zero-bubble (B/W split)           W fills idle slots: bubble (p-1)(F+B-W) per device, if
+                                      activations may stay until W (memory is the price)
+
+``simulate`` executes a schedule tick by tick (integer costs): each device, when idle, starts the
+next operation its schedule allows whose inputs are ready. ``pipeline_two_stages`` runs the real
+thing with torch.distributed.pipelining on 2 ranks and compares gradients with the unsplit model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zero_bubble")
+
+
+@dataclass
+class Op:
+    kind: str      # "F", "B" (full backward, or B_input when split) or "W" (weight gradient)
+    device: int
+    microbatch: int
+    chunk: int = 0  # virtual stage = chunk · p + device (interleaved); 0 otherwise
+    start: int = -1
+    end: int = -1
+
+
+@dataclass
+class Timeline:
+    schedule: str
+    devices: int
+    microbatches: int
+    chunks: int
+    ops: list[Op] = field(default_factory=list)
+
+    @property
+    def makespan(self) -> int:
+        return max(op.end for op in self.ops)
+
+    def busy(self, device: int) -> int:
+        return sum(op.end - op.start for op in self.ops if op.device == device)
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle device-time / total device-time = 1 - Σ busy / (p · makespan)."""
+        return 1 - sum(self.busy(d) for d in range(self.devices)) / (self.devices * self.makespan)
+
+    def peak_activations(self, device: int) -> float:
+        """Most micro-batch activations held at once on ``device`` (a chunk holds 1/v of one).
+
+        Held from the start of F until the end of its backward (of W when B/W are split: the
+        weight gradient still needs the layer inputs)."""
+        split = any(op.kind == "W" for op in self.ops)
+        release = "W" if split else "B"
+        events = []
+        for op in self.ops:
+            if op.device != device:
+                continue
+            if op.kind == "F":
+                events.append((op.start, 1 / self.chunks))
+            elif op.kind == release:
+                events.append((op.end, -1 / self.chunks))
+        held = peak = 0.0
+        for _, delta in sorted(events, key=lambda e: (e[0], e[1])):  # frees before allocs at a tie
+            held += delta
+            peak = max(peak, held)
+        return peak
+
+
+def bubble_formula(devices: int, microbatches: int, chunks: int = 1) -> float:
+    """(p-1)/(v·m + p - 1): GPipe and 1F1B with v = 1, interleaved 1F1B with v chunks."""
+    return (devices - 1) / (chunks * microbatches + devices - 1)
+
+
+def _orders(schedule: str, p: int, m: int, v: int) -> list[list[tuple]]:
+    """Per device, the ordered list of (kind, microbatch, chunk) it executes."""
+    orders = []
+    for d in range(p):
+        if schedule == "gpipe":
+            order = [("F", j, 0) for j in range(m)] + [("B", j, 0) for j in range(m)]
+        elif schedule == "1f1b":
+            warm = min(p - d - 1, m)
+            order = [("F", j, 0) for j in range(warm)]
+            for i in range(m - warm):
+                order += [("F", warm + i, 0), ("B", i, 0)]
+            order += [("B", j, 0) for j in range(m - warm, m)]
+        elif schedule == "interleaved":
+            total = m * v
+
+            def fwd(k):  # Megatron order: p micro-batches through chunk 0, then chunk 1, ...
+                return ("F", (k // (p * v)) * p + k % p, (k // p) % v)
+
+            def bwd(k):
+                return ("B", (k // (p * v)) * p + k % p, v - 1 - (k // p) % v)
+            warm = min((p - d - 1) * 2 + (v - 1) * p, total)
+            order = [fwd(k) for k in range(warm)]
+            for i in range(total - warm):
+                order += [fwd(warm + i), bwd(i)]
+            order += [bwd(k) for k in range(total - warm, total)]
+        else:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        orders.append(order)
+    return orders
+
+
+def zero_bubble_formula(devices: int, microbatches: int, forward: int = 1, backward: int = 2) -> float:
+    """Bubble of the B/W split when W may be deferred freely: idle (p-1)(F+B_in-W) per device.
+
+    fraction = (p-1)(F+B_in-W) / ((p-1)(F+B_in-W) + m(F+B_in+W)), with B_in = backward//2."""
+    b_in, w = backward // 2, backward - backward // 2
+    idle = (devices - 1) * max(forward + b_in - w, 0)
+    return idle / (idle + microbatches * (forward + b_in + w))
+
+
+def simulate(schedule: str, devices: int, microbatches: int, *, forward: int = 1,
+             backward: int = 2, chunks: int = 2, max_in_flight: int | str | None = None) -> Timeline:
+    """Run ``schedule`` on p=devices stages and m micro-batches; return the Timeline.
+
+    forward, backward: integer time units per micro-batch per stage (for interleaved, per device
+    over all its chunks: each chunk costs 1/v of it). zero_bubble splits backward into
+    B_input = backward // 2 and W = backward - B_input. chunks: v, used only by interleaved.
+    max_in_flight (zero_bubble only): cap on micro-batches whose activations a device holds;
+    None = no cap (reaches ``zero_bubble_formula``, holding up to m like GPipe), "1f1b" = p - d
+    (1F1B's memory: a smaller gain). The memory/bubble trade-off is the lesson.
+    """
+    p, m = devices, microbatches
+    for name, value in (("devices", p), ("microbatches", m), ("forward", forward),
+                        ("backward", backward), ("chunks", chunks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    v = chunks if schedule == "interleaved" else 1
+    if schedule == "interleaved":
+        if m % p:
+            raise ValueError(f"interleaved 1F1B needs microbatches divisible by devices, got m={m}, p={p}")
+        if forward % v or backward % v:
+            raise ValueError(f"interleaved: forward and backward must divide by chunks={v}")
+    if schedule == "zero_bubble" and backward < 2:
+        raise ValueError("zero_bubble splits backward into B and W: pass backward >= 2")
+    if max_in_flight not in (None, "1f1b") and not (isinstance(max_in_flight, int) and max_in_flight >= 1):
+        raise ValueError(f"max_in_flight must be None, '1f1b' or a positive int, got {max_in_flight!r}")
+    cost = {"F": forward // v, "B": backward // v}
+    if schedule == "zero_bubble":
+        cost = {"F": forward, "B": backward // 2, "W": backward - backward // 2}
+    stages = p * v                                    # virtual stages
+    done: dict[tuple, int] = {}                       # (kind, virtual stage, mb) -> end tick
+    timeline = Timeline(schedule, p, m, v)
+    pending = ([list(o) for o in _orders(schedule, p, m, v)] if schedule != "zero_bubble"
+               else [[(k, j, 0) for j in range(m) for k in ("F", "B", "W")] for _ in range(p)])
+    free_at = [0] * p
+
+    def ready(kind, j, chunk, d, t):
+        s = chunk * p + d                              # virtual stage of this op
+        if kind == "F":
+            return s == 0 or done.get(("F", s - 1, j), t + 1) <= t
+        if kind == "B":
+            after = ("F", s, j) if s == stages - 1 else ("B", s + 1, j)
+            return done.get(("F", s, j), t + 1) <= t and done.get(after, t + 1) <= t
+        return done.get(("B", s, j), t + 1) <= t      # W after its own B_input
+
+    def pick(d, t):
+        if schedule != "zero_bubble":
+            head = pending[d][0] if pending[d] else None
+            return head if head and ready(*head, d, t) else None
+        # Zero-bubble, greedy: critical-path B first; then F (unless the memory cap is reached);
+        # a deferred W fills any slot left.
+        cap = p - d if max_in_flight == "1f1b" else (max_in_flight or m)
+        in_flight = sum(1 for (k, s, _) in done if k == "F" and s == d) - \
+            sum(1 for (k, s, _) in done if k == "W" and s == d)
+        candidates = [op for op in pending[d] if ready(*op, d, t)]
+        for kind in ("B", "F", "W"):
+            for op in candidates:
+                if op[0] == kind and (kind != "F" or in_flight < cap):
+                    return op
+        return None
+
+    t = 0
+    while any(pending):
+        for d in range(p):
+            if free_at[d] > t or not pending[d]:
+                continue
+            op = pick(d, t)
+            if op is None:
+                continue
+            kind, j, chunk = op
+            pending[d].remove(op)
+            end = t + cost[kind]
+            done[(kind, chunk * p + d, j)] = end
+            free_at[d] = end
+            timeline.ops.append(Op(kind, d, j, chunk, t, end))
+        t += 1
+        if t > 100 * (m + p) * (forward + backward):
+            raise RuntimeError(f"{schedule} deadlocked: an operation waits for one never scheduled")
+    return timeline
+
+
+def plot_timeline(timeline: Timeline, ax=None):
+    """Gantt chart: one row per device, F blue, B orange, W green, micro-batch number inside."""
+    import matplotlib.pyplot as plt
+    ax = ax or plt.subplots(figsize=(10, 0.5 * timeline.devices + 1))[1]
+    colors = {"F": "#4C72B0", "B": "#DD8452", "W": "#55A868"}
+    for op in timeline.ops:
+        ax.barh(op.device, op.end - op.start, left=op.start, color=colors[op.kind],
+                edgecolor="white", alpha=0.6 + 0.4 * (op.chunk == 0))
+        ax.text((op.start + op.end) / 2, op.device, str(op.microbatch), ha="center",
+                va="center", fontsize=7, color="white")
+    ax.set_yticks(range(timeline.devices), [f"device {d}" for d in range(timeline.devices)])
+    ax.invert_yaxis()
+    ax.set_xlabel("time (units)")
+    ax.set_title(f"{timeline.schedule}: p={timeline.devices}, m={timeline.microbatches}, "
+                 f"bubble {timeline.bubble_fraction:.0%}")
+    return ax
+
+
+# ---------------------------------------------------------------------------------------------
+# The real thing: torch.distributed.pipelining on 2 ranks
+# ---------------------------------------------------------------------------------------------
+def make_deep_mlp(width: int, depth: int, seed: int) -> nn.Sequential:
+    """``depth`` blocks Linear + Tanh, then a Linear head; split into equal halves by stage."""
+    torch.manual_seed(seed)
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.Tanh()]
+    return nn.Sequential(*layers, nn.Linear(width, width))
+
+
+def stage_slice(model: nn.Sequential, rank: int, world_size: int) -> nn.Sequential:
+    """Contiguous block of layers for ``rank``: stage r gets layers [r·L/n, (r+1)·L/n)."""
+    bounds = [round(i * len(model) / world_size) for i in range(world_size + 1)]
+    return model[bounds[rank]:bounds[rank + 1]]
+
+
+def pipeline_two_stages(rank: int, world_size: int, cfg: dict | None = None) -> dict:
+    """Train one step with GPipe and with 1F1B (torch.distributed.pipelining) on world_size stages;
+    return each stage's gradients and their max difference from the unsplit model's."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from course_utils.distributed.data_parallel import settings
+    from course_utils.distributed.launcher import worker_device
+    c = settings(cfg, dict(width=32, depth=4, batch=16, microbatches=4, seed=0))
+    device = worker_device()
+    g = torch.Generator().manual_seed(c.seed)
+    x = torch.randn(c.batch, c.width, generator=g).to(device)
+    y = torch.randn(c.batch, c.width, generator=g).to(device)
+    full = make_deep_mlp(c.width, c.depth, c.seed).to(device)
+    F.mse_loss(full(x), y).backward()   # the reference: one process, whole batch
+    reference = [p.grad.clone() for p in stage_slice(full, rank, world_size).parameters()]
+    result = {}
+    for name, schedule_class in (("gpipe", ScheduleGPipe), ("1f1b", Schedule1F1B)):
+        part = stage_slice(make_deep_mlp(c.width, c.depth, c.seed), rank, world_size).to(device)
+        stage = PipelineStage(part, stage_index=rank, num_stages=world_size, device=device)
+        # loss_fn per micro-batch; the schedule divides the summed grads by m (scale_grads)
+        schedule = schedule_class(stage, n_microbatches=c.microbatches, loss_fn=F.mse_loss)
+        losses: list = []
+        if rank == 0:
+            schedule.step(x)
+        elif rank == world_size - 1:
+            schedule.step(target=y, losses=losses)
+        else:
+            schedule.step()
+        grads = [p.grad for p in part.parameters()]
+        result[name] = {"grad_diff": max((a - b).abs().max().item() for a, b in zip(grads, reference)),
+                        "loss": torch.stack(losses).mean().item() if losses else None,
+                        "params_on_this_stage": sum(p.numel() for p in part.parameters())}
+        dist.barrier()
+    result["loss_unsplit"] = F.mse_loss(full(x), y).item()
+    result["grad_scale"] = max(g.abs().max().item() for g in reference)
+    return result
+
+
+def suite(rank: int, world_size: int, cfg: dict | None = None) -> dict:
+    """Lesson 09's real runs in one launch: the 2-stage pipeline and the tensor-parallel MLP."""
+    from course_utils.distributed.tensor_parallel import tensor_parallel_mlp
+    cfg = cfg or {}
+    return {"pipeline": pipeline_two_stages(rank, world_size, cfg.get("pipeline")),
+            "tensor_parallel": tensor_parallel_mlp(rank, world_size, cfg.get("tensor_parallel"))}

@@ -1,0 +1,68 @@
+"""Run any ``launch`` worker under torchrun instead (several GPUs, several nodes, a cluster).
+
+    torchrun --nproc_per_node 2 -m course_utils.distributed.torchrun_entry \\
+        course_utils.distributed.data_parallel:ddp_equivalence --cfg '{"steps": 3}' --out results/
+
+torchrun starts the processes and sets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT / LOCAL_RANK;
+this entry joins the process group from those (``env://``), calls ``fn(rank, world_size, cfg)``
+(or ``fn(rank, world_size)`` without ``--cfg``), prints rank 0's result and, with ``--out``, saves
+every rank's result as ``rank{r}.pt``. Backend: NCCL when each local rank has a GPU, else gloo.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import os
+import pprint
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from course_utils.distributed.launcher import to_cpu
+
+
+def resolve(spec: str):
+    """'package.module:function' -> the function."""
+    module, sep, name = spec.partition(":")
+    if not sep or not name:
+        raise ValueError(f"worker must be written module:function, got {spec!r} "
+                         "(e.g. course_utils.distributed.demo:hello_all_reduce)")
+    return getattr(importlib.import_module(module), name)
+
+
+def main(argv: list[str] | None = None) -> object:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("worker", help="module:function taking (rank, world_size[, cfg])")
+    parser.add_argument("--cfg", default=None, help="JSON dict passed as the worker's cfg")
+    parser.add_argument("--out", default=None, help="folder for rank{r}.pt result files")
+    parser.add_argument("--timeout", type=float, default=600, help="collective timeout, seconds")
+    args = parser.parse_args(argv)
+    if "RANK" not in os.environ:
+        raise SystemExit("run me under torchrun (RANK/WORLD_SIZE unset), or use "
+                         "course_utils.distributed.launch from Python")
+    fn = resolve(args.worker)
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    use_cuda = torch.cuda.is_available() and torch.cuda.device_count() > local_rank
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    else:
+        torch.set_num_threads(1)
+    dist.init_process_group("nccl" if use_cuda else "gloo",
+                            timeout=datetime.timedelta(seconds=args.timeout))
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    extra = (json.loads(args.cfg),) if args.cfg else ()
+    result = to_cpu(fn(rank, world_size, *extra))
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        torch.save(result, Path(args.out) / f"rank{rank}.pt")
+    if rank == 0:
+        pprint.pprint(result)
+    dist.destroy_process_group()
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,392 @@
+# %% [markdown]
+# # 07 · Data parallel: two devices, different data, one set of parameters
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/07_data_parallel.ipynb)
+#
+# The *communicated* line of the ledger appears. Two processes — real `torch.distributed` ranks,
+# gloo on this CPU, NCCL on GPUs — each take half of the batch, and still take **one** update:
+# the same one a single process would take on the whole batch. We check that, count the bytes it
+# costs, and find where "several shards are one batch" stops being true.
+
+# %%
+# On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
+import sys
+if "google.colab" in sys.modules:
+    import subprocess
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+
+# %% tags=["parameters"]
+import os
+SCALE = os.environ.get("COURSE_SCALE", "default")
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from course_utils.distributed import WorkerError, launch
+from course_utils.distributed import data_parallel as dp
+from course_utils.distributed import demo
+from course_utils.exercises import check_close, check_equal
+from course_utils.report import headline, show_table
+from course_utils.runtime import setup
+from course_utils.scales import config
+
+# Every scale runs the same workers; only sizes change. Ranks: 2 (one per core here; on a
+# machine with >= 2 GPUs launch() picks NCCL and one GPU per rank by itself).
+cfg = config(
+    SCALE,
+    ci=dict(seed=0, ranks=2, dp=dict(steps=3, batch=8, hidden=32), comm=dict(hidden=64, steps=2)),
+    default=dict(seed=0, ranks=2, dp=dict(steps=8, batch=32, hidden=64),
+                 comm=dict(hidden=512, steps=5)),
+    gpu=dict(seed=0, ranks=2, dp=dict(steps=8, batch=64, hidden=256),
+             comm=dict(hidden=1024, steps=5)),
+)
+device = setup(SCALE, seed=cfg.seed)
+print(device, "| ranks:", cfg.ranks)
+
+# %% [markdown]
+# ## 1 · The problem: the batch you want is larger than one device
+#
+# Lesson 02 showed that SimCLR wants large batches, and lesson 06 that one device's memory caps
+# the batch. Data parallelism runs n copies of the model, each on its own device and its own
+# shard of the batch. Whether that is *the same training* as one big device depends on one
+# question: do the n copies stay one set of parameters?
+#
+# First, the machinery. `launch(fn, n)` starts n real processes, joins them into a process group
+# and returns what each rank's `fn(rank, n)` returned. The workers live in
+# `course_utils/distributed/` because every process re-imports them by name.
+
+# %%
+hello = launch(demo.hello_all_reduce, cfg.ranks)
+show_table(hello)
+
+# %% [markdown]
+# A notebook must never hang on a distributed bug. If a rank raises, the launcher stops the
+# others and re-raises *that* rank's traceback here; a rank killed outright is named with its
+# signal; a run that outlives `timeout=` is stopped with the ranks' stacks.
+
+# %%
+try:
+    launch(demo.fail_on_rank, cfg.ranks, 1, timeout=60)
+except WorkerError as err:
+    failed_rank, failure = err.rank, str(err)
+print(f"rank {failed_rank} failed; the re-raised traceback ends with:\n  "
+      + next(line for line in failure.splitlines() if line.startswith("ValueError")))
+assert failed_rank == 1 and "found a NaN" in failure
+
+# %% [markdown]
+# ## 2 · The mechanism: the gradient of a mean is the mean of the gradients
+#
+# Split the global batch X (nB rows) into shards X_r of B rows. The loss is a mean over rows,
+# so for any parameters θ
+#
+# $$\nabla_\theta \frac{1}{nB}\sum_{i\in X}\ell_i \;=\; \frac{1}{n}\sum_{r}\;\nabla_\theta\frac{1}{B}\sum_{i\in X_r}\ell_i .$$
+#
+# Each rank computes its shard's gradient; an **all-reduce** sums the n gradients (every rank
+# receives the sum) and each divides by n. With identical starting parameters and identical
+# averaged gradients, every rank's optimizer — SGD, Adam, anything deterministic — takes the same
+# step, and the copies never drift apart. `DistributedDataParallel` (DDP) does exactly this, in
+# buckets, overlapping the all-reduce with the rest of backward, and broadcasts rank 0's
+# parameters once when it is built.
+#
+# First the identity itself, in this process, without any ranks:
+
+# %%
+model = dp.make_mlp(16, 32, 4, seed=cfg.seed)
+x, y = dp.global_batch(0, 16, 16, 4, seed=cfg.seed)
+full_grad = torch.autograd.grad(F.mse_loss(model(x), y), list(model.parameters()))
+shard_grads = [torch.autograd.grad(F.mse_loss(model(xs), ys), list(model.parameters()))
+               for xs, ys in zip(x.chunk(2), y.chunk(2))]
+mean_of_shards = [(a + b) / 2 for a, b in zip(*shard_grads)]  # per parameter
+identity_gap = max((f - m).abs().max().item() for f, m in zip(full_grad, mean_of_shards))
+print(f"max |full-batch grad - mean of 2 shard grads| = {identity_gap:.1e}")
+
+# %% [markdown]
+# **What it costs.** A ring all-reduce of P bytes on n ranks is a reduce-scatter followed by an
+# all-gather: each rank sends (n−1)/n·P in each, so **2(n−1)/n·P bytes per rank per step**,
+# with P = Ψ, the gradient bytes (= parameter bytes). It approaches 2Ψ and does not grow with n:
+# that is why data parallelism scales.
+
+# %% [markdown]
+# ## 3 · Worked example: DDP on two ranks vs one process on the concatenated batch
+#
+# `ddp_equivalence` builds the model on each rank from a *different* seed (to show the initial
+# broadcast), wraps it in DDP, and trains it on its half of each batch; alongside, each rank trains
+# a single-process copy on the whole batch. After every step it records max |θ_DDP − θ_single|.
+
+# %%
+eq = launch(dp.ddp_equivalence, cfg.ranks, cfg.dp)
+eq64 = launch(dp.ddp_equivalence, cfg.ranks, {**cfg.dp, "dtype": "float64"})
+rows = []
+for opt in ("sgd", "adamw"):
+    rows.append({"optimizer": opt,
+                 "rank 0 init checksum": eq[0][opt]["checksum_before_broadcast"],
+                 "rank 1 init checksum": eq[1][opt]["checksum_before_broadcast"],
+                 "rank 1 after DDP()": eq[1][opt]["checksum_after_broadcast"],
+                 "max |Δθ| fp32": max(max(r[opt]["max_abs_diff"]) for r in eq),
+                 "max |Δθ| fp64": max(max(r[opt]["max_abs_diff"]) for r in eq64),
+                 "bitwise equal steps": sum(eq[0][opt]["bitwise_equal"])})
+show_table(rows)
+
+# %% [markdown]
+# Not bitwise: the single process sums 2B per-row gradients inside one matrix product, DDP sums
+# B of them per rank and then adds the two halves. Floating-point addition is not associative, so
+# the last bits differ — by about 1e-8 in fp32 and 1e-17 in fp64, i.e. rounding of the same
+# algorithm, not a different one (AdamW, dividing by √v, amplifies the gap over steps). The stated
+# tolerance is **max |Δθ| < 5e-6 after every step in fp32** (parameters of size ~0.3, so about
+# 1e-5 relative), 1e-12 in fp64.
+#
+# **Gradient accumulation with `no_sync`.** With k micro-batches per rank, only the last
+# backward needs the all-reduce; the others accumulate locally inside `ddp.no_sync()`. The result
+# is one step on n·k·B rows, and the all-reduce runs once per step, not k times.
+
+# %%
+ns = launch(dp.ddp_no_sync_accumulation, cfg.ranks, {**cfg.dp, "accumulation": 4})
+print("max |Δθ| per step:", [f"{d:.1e}" for d in ns[0]["max_abs_diff"]],
+      "| all-reduced buckets per step:", ns[0]["allreduce_buckets_per_step"],
+      f"for {ns[0]['micro_batches']} micro-batches")
+
+# %% [markdown]
+# **Bytes on the wire.** A DDP comm hook (`allreduce_mean_hook`) routes every gradient bucket
+# through `torch.distributed.all_reduce`, where `CollectiveCounter` sees its size. On Linux we
+# also read how many bytes each rank process really wrote (`/proc/self/io`), which is what gloo
+# pushes through its TCP sockets.
+
+# %%
+comm = {n: launch(dp.ddp_comm_bytes, n, cfg.comm) for n in (1, cfg.ranks)}
+show_table([{"ranks": n, "Ψ (grad bytes)": c[0]["param_bytes"],
+             "all-reduce payload/step": c[0]["payload_per_step"],
+             "ring formula 2(n-1)/n·Ψ": c[0]["ring_formula"],
+             "wire bytes/step (measured)": c[0]["wire_per_step"]} for n, c in comm.items()])
+
+# %% [markdown]
+# ## 4 · The evidence
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert identity_gap < 1e-6, identity_gap
+for run, tol in ((eq, 5e-6), (eq64, 1e-12)):
+    for r in run:
+        for opt in ("sgd", "adamw"):
+            assert max(r[opt]["max_abs_diff"]) < tol, (opt, r[opt]["max_abs_diff"])
+a, b = eq[0]["sgd"], eq[1]["sgd"]
+assert a["checksum_before_broadcast"] != b["checksum_before_broadcast"], "ranks must start apart"
+assert b["checksum_after_broadcast"] == a["checksum_before_broadcast"], "DDP broadcasts rank 0"
+assert max(ns[0]["max_abs_diff"]) < 1e-6 and ns[0]["allreduce_buckets_per_step"] == [1] * len(ns[0]["max_abs_diff"])
+for n, c in comm.items():
+    assert c[0]["payload_per_step"] == c[0]["param_bytes"]          # every gradient byte once
+    assert c[0]["manual_equals_ddp_bitwise"]                         # dp.average_gradients == DDP
+    if c[0]["wire_per_step"] is not None and n > 1:
+        assert 1.0 <= c[0]["wire_per_step"] / c[0]["ring_formula"] < 1.25
+
+# %% [markdown]
+# The ring formula predicts every rank count; we can measure 1 and 2 here. Measured wire bytes
+# sit a few percent above the formula: gloo's message headers and the process group's own
+# bookkeeping.
+
+# %%
+psi = comm[cfg.ranks][0]["param_bytes"]
+ranks_axis = list(range(1, 65))
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ax.plot(ranks_axis, [2 * (n - 1) / n * psi / 1e3 for n in ranks_axis], label="ring formula 2(n−1)/n·Ψ")
+ax.axhline(2 * psi / 1e3, ls=":", color="gray", label="2Ψ (the large-n limit)")
+measured = [(n, c[0]["wire_per_step"]) for n, c in comm.items() if c[0]["wire_per_step"] is not None]
+ax.plot([n for n, _ in measured], [w / 1e3 for _, w in measured], "o", label="measured (gloo, this machine)")
+ax.set_xscale("log", base=2)
+ax.set_xlabel("ranks n")
+ax.set_ylabel("kB sent per rank per step")
+ax.set_title("DDP: communication per rank barely grows with n")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# ## 5 · The boundary: what is *not* automatically one large batch
+#
+# Equality held because the loss is a mean of per-row terms. Anything that couples rows *within*
+# a batch sees only the rank's shard:
+#
+# - **BatchNorm** normalises with the shard's mean and variance. With shards that differ (here
+#   each rank's data is shifted), outputs and gradients differ from the large batch.
+#   `nn.SyncBatchNorm` all-reduces Σx and Σx² instead; it refuses CPU tensors, so on CPU the kit
+#   uses `CrossRankBatchNorm1d`, the same arithmetic with a differentiable all-reduce.
+# - **SimCLR's negatives** are the other images *in the batch*: per rank, each anchor sees
+#   2B−1 candidates, not 2nB−1. Gathering the embeddings from all ranks restores them, but the
+#   gather must route gradients back (its backward is a reduce-scatter; `all_gather_with_grad`).
+# - **MoCo's queue** must be filled with the keys of all ranks, or each rank's dictionary holds
+#   only its own shard's history and the copies disagree.
+
+# %%
+bn = launch(dp.batchnorm_boundary, cfg.ranks, cfg.dp)
+sim = launch(dp.simclr_negatives, cfg.ranks, cfg.dp)
+moco = launch(dp.moco_queue_from_all_ranks, cfg.ranks, cfg.dp)
+show_table([{"variant": v, "max |out − large batch|": bn[0][v]["output_diff"],
+             "max |grad − large batch|": bn[0][v]["grad_diff"]} for v in ("per_rank_bn", "synced_bn")])
+show_table([{"SimCLR negatives": v, "candidates per anchor": sim[0][f"candidates_{k}"],
+             "loss": sim[0][v]["loss"], "max |grad − large batch|": sim[0][v]["grad_diff"]}
+            for v, k in (("per_rank", "per_rank"), ("gathered", "single"))])
+print(f"large-batch loss {sim[0]['loss_single']:.4f}; chance level log(2nB−1) = "
+      f"{torch.log(torch.tensor(float(sim[0]['candidates_single']))):.4f}")
+owners = sorted(set((moco[0]["shared_ids"][moco[0]["shared_ids"] >= 0] // 1000).tolist()))
+print("ranks whose keys are in rank 0's shared queue:", owners,
+      "| same queue on both ranks:", torch.equal(moco[0]["shared_keys"], moco[1]["shared_keys"]))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert bn[0]["per_rank_bn"]["output_diff"] > 1e-2 and bn[0]["synced_bn"]["output_diff"] < 1e-5
+assert bn[0]["synced_bn"]["grad_diff"] < 1e-5 < bn[0]["per_rank_bn"]["grad_diff"]
+for r in sim:
+    assert abs(r["gathered"]["loss"] - r["loss_single"]) < 1e-5
+    assert r["gathered"]["grad_diff"] < 1e-5 * max(1.0, r["gathered"]["grad_scale"])
+    assert r["per_rank"]["loss"] < r["loss_single"] - 0.1 and r["per_rank"]["grad_diff"] > 1e-3
+    assert r["matches_torch_all_gather"]
+assert torch.equal(moco[0]["shared_keys"], moco[1]["shared_keys"]) and owners == [0, 1]
+assert not torch.equal(moco[0]["own_keys"], moco[1]["own_keys"])
+
+# %% [markdown]
+# What this does *not* let you conclude:
+# - "n ranks = n× faster". The all-reduce is 2(n−1)/n·Ψ per step *per rank*, but it competes with
+#   compute for time; overlap (DDP's buckets) hides it only when backward is long enough.
+# - "A larger global batch is free". The update equals one large-batch step; whether a large batch
+#   *trains as well* (learning rate, warm-up, generalisation) is a separate question (lesson 02).
+# - Memory: every rank still holds the full parameters, gradients and optimizer state. Spreading
+#   those is the next lesson.
+
+# %% [markdown]
+# ## Exercises
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q1_average_gradients
+# points: 1
+
+# %% [markdown]
+# **Exercise 1 —** Write `average_gradients(shard_grads)`: given one list of gradient tensors per
+# rank (what each rank's backward produced), return the list every rank holds after DDP's
+# all-reduce-and-divide.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def average_gradients(shard_grads):
+    # BEGIN SOLUTION
+    n = len(shard_grads)
+    return [sum(grads) / n for grads in zip(*shard_grads)]
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+avg = average_gradients(shard_grads)
+check_close(torch.cat([g.flatten() for g in avg]), torch.cat([g.flatten() for g in full_grad]),
+            rtol=1e-5, atol=1e-7, what="averaged shard gradients vs the full-batch gradient")
+
+# %%
+# HIDDEN
+four = [torch.autograd.grad(F.mse_loss(model(xs), ys), list(model.parameters()))
+        for xs, ys in zip(x.chunk(4), y.chunk(4))]
+check_close(torch.cat([g.flatten() for g in average_gradients(four)]),
+            torch.cat([g.flatten() for g in full_grad]), rtol=1e-5, atol=1e-7,
+            what="average over 4 shards")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q2_ring_bytes
+# points: 1
+
+# %% [markdown]
+# **Exercise 2 —** A model has `n_params` fp32 parameters. How many bytes does each of `ranks`
+# ranks send per step in DDP's ring all-reduce? Write `ddp_bytes_per_rank(n_params, ranks)`.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def ddp_bytes_per_rank(n_params, ranks):
+    # BEGIN SOLUTION
+    return 2 * (ranks - 1) / ranks * 4 * n_params
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+check_close(ddp_bytes_per_rank(psi // 4, 2), comm[2][0]["ring_formula"], what="bytes per rank, 2 ranks")
+
+# %%
+# HIDDEN
+check_close(ddp_bytes_per_rank(1_000_000, 1), 0, atol=1e-9, what="one rank sends nothing")
+check_close(ddp_bytes_per_rank(1_000_000, 8), 7_000_000, what="8 ranks, 1M parameters")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q3_gathered_candidates
+# points: 1
+
+# %% [markdown]
+# **Exercise 3 —** SimCLR on `ranks` ranks with `per_rank` images each (two views per image). How
+# many candidates does each anchor score against (a) with per-rank negatives, (b) with embeddings
+# gathered from all ranks? Return the pair `(per_rank_candidates, gathered_candidates)`.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def simclr_candidates(per_rank, ranks):
+    # BEGIN SOLUTION
+    return 2 * per_rank - 1, 2 * per_rank * ranks - 1
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+check_equal(simclr_candidates(cfg.dp["batch"], cfg.ranks),
+            (sim[0]["candidates_per_rank"], sim[0]["candidates_single"]),
+            what="(per-rank, gathered) candidates in this lesson's run")
+
+# %%
+# HIDDEN
+check_equal(simclr_candidates(256, 8), (511, 4095), what="256 images per rank on 8 ranks")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %%
+headline(
+    ddp_max_param_diff_fp32=max(max(r[o]["max_abs_diff"]) for r in eq for o in ("sgd", "adamw")),
+    ddp_max_param_diff_fp64=max(max(r[o]["max_abs_diff"]) for r in eq64 for o in ("sgd", "adamw")),
+    no_sync_max_param_diff=max(ns[0]["max_abs_diff"]),
+    allreduce_payload_over_psi=comm[cfg.ranks][0]["payload_per_step"] / psi,
+    wire_over_ring_formula=(comm[cfg.ranks][0]["wire_per_step"] or float("nan")) / comm[cfg.ranks][0]["ring_formula"],
+    per_rank_bn_output_gap=bn[0]["per_rank_bn"]["output_diff"],
+    gathered_simclr_grad_gap=sim[0]["gathered"]["grad_diff"],
+    per_rank_simclr_grad_gap=sim[0]["per_rank"]["grad_diff"],
+)

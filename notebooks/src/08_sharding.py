@@ -1,0 +1,374 @@
+# %% [markdown]
+# # 08 · Sharding: spread the resident state, pay in communication
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/08_sharding.ipynb)
+#
+# Data parallelism (lesson 07) copies the *resident state* — weights, gradients, optimizer
+# moments — onto every rank. Sharding keeps 1/n of it per rank and fetches the rest when it is
+# needed. We measure, per rank, what is held and what crosses the wire, with PyTorch's own
+# `ZeroRedundancyOptimizer` (ZeRO-1) and FSDP2 `fully_shard` (ZeRO-3), against the formulas.
+
+# %%
+# On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
+import sys
+if "google.colab" in sys.modules:
+    import subprocess
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+
+# %% tags=["parameters"]
+import os
+SCALE = os.environ.get("COURSE_SCALE", "default")
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from course_utils.distributed import launch
+from course_utils.distributed import sharding as sh
+from course_utils.exercises import check_close, check_equal
+from course_utils.ledger import measure
+from course_utils.report import headline, show_table
+from course_utils.runtime import setup
+from course_utils.scales import config
+
+cfg = config(
+    SCALE,
+    ci=dict(seed=0, ranks=2, model=dict(width=64, depth=4, batch=8, steps=2),
+            activation_batch=2048),
+    default=dict(seed=0, ranks=2, model=dict(width=256, depth=8, batch=16, steps=3),
+                 activation_batch=8192),
+    gpu=dict(seed=0, ranks=2, model=dict(width=512, depth=8, batch=32, steps=3),
+             activation_batch=16384),
+)
+device = setup(SCALE, seed=cfg.seed)
+GB = 1e9
+print(device, cfg.model)
+
+# %% [markdown]
+# ## 1 · The problem: every data-parallel rank holds 16 bytes per parameter
+#
+# fp32 Adam training keeps 4 bytes of weight, 4 of gradient and 8 of moments per parameter
+# (lesson 06). Under DDP *each* rank holds all of it. A 7 B-parameter model needs 112 GB per
+# rank before a single activation — more than an 80 GB GPU, however many GPUs you buy.
+
+# %%
+seven_b = 7e9
+show_table([{"stage": stage, **{k: v / GB for k, v in sh.predicted_state_bytes(seven_b, 8, stage).items()},
+             "total GB per rank (8 ranks)": sum(sh.predicted_state_bytes(seven_b, 8, stage).values()) / GB}
+            for stage in sh.STAGES])
+
+# %% [markdown]
+# ## 2 · The mechanism: keep 1/n, fetch the rest just in time
+#
+# ZeRO (Rajbhandari et al., 2020) removes the redundancy in three steps. With Ψ the parameter
+# bytes and n ranks:
+#
+# | stage | sharded | held per rank (fp32 Adam) | sent per rank per step (ring) |
+# |---|---|---|---|
+# | DDP | nothing | 4Ψ+4Ψ+8Ψ (in parameters' bytes: Ψ+Ψ+2Ψ) | all-reduce grads: 2(n−1)/n·Ψ |
+# | ZeRO-1 | optimizer state | Ψ + Ψ + 2Ψ/n | reduce-scatter grads + all-gather params: 2(n−1)/n·Ψ |
+# | ZeRO-2 | + gradients | Ψ + Ψ/n + 2Ψ/n | same |
+# | ZeRO-3 / FSDP | + parameters | (Ψ + Ψ + 2Ψ)/n | all-gather in forward, again in backward, reduce-scatter: 3(n−1)/n·Ψ |
+#
+# ZeRO-1 and 2 are free in communication: an all-reduce *is* a reduce-scatter plus an
+# all-gather, they just keep a different half. ZeRO-3 pays one extra all-gather, because the
+# parameters gathered for forward are dropped and gathered again for backward.
+#
+# In PyTorch: ZeRO-1 is `torch.distributed.optim.ZeroRedundancyOptimizer` (wraps any optimizer;
+# each rank owns whole parameters, greedily balanced by size). ZeRO-3 is FSDP2
+# `fully_shard(module)`: parameters become `DTensor`s sharded by rows; `reshard_after_forward=False`
+# keeps the gathered parameters until backward — one all-gather saved, ZeRO-2-like traffic, at
+# the price of holding the full parameters during the step.
+
+# %% [markdown]
+# ## 3 · Worked example: one model, four ways, on 1 and 2 ranks
+#
+# A stack of equal Linear+Tanh blocks (like transformer blocks: equal sizes split evenly), AdamW,
+# the same data and initialisation everywhere. Each run counts the last step's collectives
+# (`CollectiveCounter`; DDP's all-reduce is made visible with a comm hook) and the bytes each rank
+# holds afterwards. First the single-process ledger of the same step, the n = 1 reference:
+
+# %%
+model = sh.make_stack(cfg.model["width"], cfg.model["depth"], cfg.seed).to(device)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randn(cfg.model["batch"], cfg.model["width"], device=device)
+
+
+def step():
+    opt.zero_grad()
+    F.mse_loss(model(x), torch.zeros_like(x)).backward()
+    opt.step()
+
+
+record = measure(step, model=model, optimizer=opt)
+n_params = sum(p.numel() for p in model.parameters())
+print(f"Ψ = {n_params:,} parameters = {4 * n_params:,} bytes; ledger: params {record.param_bytes:,}, "
+      f"grads {record.grad_bytes:,}, optimizer {record.optimizer_bytes:,} bytes")
+
+# %%
+runs = {n: launch(sh.compare_strategies, n, cfg.model, timeout=300) for n in (1, cfg.ranks)}
+stage_of = {"ddp": "ddp", "zero1": "zero1", "fsdp": "zero3", "fsdp_keep": "zero3"}
+rows = []
+for n, per_rank in runs.items():
+    for strategy, r in per_rank[0].items():
+        rows.append({"ranks": n, "strategy": strategy, **{k: v for k, v in r["state"].items()},
+                     "held fwd→bwd": r["held_after_forward"],
+                     "ring bytes sent/step": r["comm"]["ring_bytes_sent"],
+                     "wire bytes/step": r["comm"]["wire_bytes"],
+                     "max |θ − θ_DDP|": (r["params"] - per_rank[0]["ddp"]["params"]).abs().max().item()})
+show_table(rows)
+
+# %% [markdown]
+# Read the 2-rank rows: ZeRO-1 halves the optimizer column, FSDP2 halves all three; both end at
+# *exactly* DDP's parameters (AdamW is elementwise, so updating a shard is updating those
+# elements). And the payloads per collective:
+
+# %%
+two = runs[cfg.ranks][0]
+psi = two["ddp"]["param_bytes"]
+show_table([{"strategy": s, **{f"{k} payload / Ψ": v / psi for k, v in r["comm"]["payload"].items()}}
+            for s, r in two.items()])
+
+# %% [markdown]
+# ## 4 · The evidence
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert (record.param_bytes, record.grad_bytes, record.optimizer_bytes) == (4 * n_params, 4 * n_params, 8 * n_params)
+for n, per_rank in runs.items():
+    for r in per_rank:
+        for strategy, result in r.items():
+            predicted = sh.predicted_state_bytes(result["n_params"], n, stage_of[strategy])
+            assert result["state"] == predicted, (n, strategy, result["state"], predicted)
+            assert (result["params"] - r["ddp"]["params"]).abs().max() < 1e-6, (n, strategy)
+        psi = r["ddp"]["param_bytes"]
+        for strategy, stage in (("ddp", "ddp"), ("fsdp", "zero3"), ("fsdp_keep", "zero2")):
+            sent = r[strategy]["comm"]["ring_bytes_sent"]
+            assert abs(sent - sh.predicted_comm_bytes(psi, n, stage)) <= 1e-9 * psi, (n, strategy, sent)
+        assert r["fsdp"]["held_after_forward"] == psi / n and r["fsdp_keep"]["held_after_forward"] == psi
+        if n > 1:  # on one rank FSDP2 and ZeRO-1 skip their collectives altogether
+            assert r["fsdp"]["comm"]["payload"] == {"all_gather": 2 * psi, "reduce_scatter": psi}
+            assert r["fsdp_keep"]["comm"]["payload"] == {"all_gather": psi, "reduce_scatter": psi}
+            assert r["zero1"]["comm"]["payload"] == {"all_reduce": psi, "broadcast": psi}
+
+# %% [markdown]
+# Predicted for 1–64 ranks, measured (dots) for 1 and 2:
+
+# %%
+ranks_axis = [1, 2, 4, 8, 16, 32, 64]
+fig, (ax_mem, ax_comm) = plt.subplots(1, 2, figsize=(11, 3.8))
+for (strategy, stage), color in zip((("ddp", "ddp"), ("zero1", "zero1"), (None, "zero2"), ("fsdp", "zero3")),
+                                    ("C0", "C1", "C2", "C3")):
+    ax_mem.plot(ranks_axis, [sum(sh.predicted_state_bytes(n_params, n, stage).values()) / 1e6
+                             for n in ranks_axis], color=color, label=stage)
+    if strategy:
+        ax_mem.plot(list(runs), [sum(runs[n][0][strategy]["state"].values()) / 1e6 for n in runs],
+                    "o", color=color)
+    ax_comm.plot(ranks_axis, [sh.predicted_comm_bytes(4 * n_params, n, stage) / 1e6 for n in ranks_axis],
+                 color=color, label=stage)
+for strategy, color in (("ddp", "C0"), ("fsdp", "C3"), ("fsdp_keep", "C2")):
+    ax_comm.plot(list(runs), [runs[n][0][strategy]["comm"]["ring_bytes_sent"] / 1e6 for n in runs],
+                 "o", color=color)
+ax_comm.plot(list(runs), [runs[n][0]["zero1"]["comm"]["ring_bytes_sent"] / 1e6 for n in runs],
+             "s", color="C1", label="torch ZeRO-1 (all-reduce + broadcast)")
+for ax, title in ((ax_mem, "resident state per rank (MB)"), (ax_comm, "sent per rank per step (MB)")):
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("ranks n")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Distributed checkpoint.** A sharded model has no single place holding its weights. 
+# `torch.distributed.checkpoint` (DCP) has every rank write its own shards plus one metadata
+# file; loading reshards into whatever layout the new run uses. Here: save the FSDP2 model and its
+# AdamW state, load into a freshly initialised sharded model, compare every local shard bitwise,
+# then take one more step with both.
+
+# %%
+ckpt = launch(sh.checkpoint_roundtrip, cfg.ranks, cfg.model, timeout=300)
+show_table([{"rank": i, "files": ", ".join(c["files"]), "local shard bytes": c["local_shard_bytes"],
+             "exact": c["exact"], "next step equal": c["next_step_equal"]} for i, c in enumerate(ckpt)])
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert all(c["keys_match"] and c["exact"] and c["next_step_equal"] for c in ckpt)
+assert sum(f.endswith(".distcp") for f in ckpt[0]["files"]) == cfg.ranks and ".metadata" in ckpt[0]["files"]
+
+# %% [markdown]
+# ## 5 · The boundary: what sharding does not touch
+#
+# - **Activations are not sharded.** Each rank keeps the activations of *its* micro-batch for
+#   backward, whatever the ZeRO stage. When they dominate — long sequences, big batches — ZeRO
+#   does not help; recomputation (lesson 06) or splitting the layers (lesson 09) does. The ledger
+#   of one rank's step at a large local batch:
+
+# %%
+big_x = torch.randn(cfg.activation_batch, cfg.model["width"], device=device)
+act = measure(lambda: F.mse_loss(model(big_x), torch.zeros_like(big_x)).backward(), model=model)
+resident_zero3 = sum(sh.predicted_state_bytes(n_params, cfg.ranks, "zero3").values())
+print(f"local batch {cfg.activation_batch}: activations kept {act.activation_bytes / 1e6:.1f} MB vs "
+      f"ZeRO-3 resident state {resident_zero3 / 1e6:.1f} MB per rank")
+assert act.activation_bytes > resident_zero3, "at this batch the activations dominate"
+
+# %% [markdown]
+# - **Implementations differ from the paper.** torch's ZeRO-1 keeps DDP's all-reduce and then
+#   broadcasts each owner's updated parameters: 3(n−1)/n·Ψ sent, not the ideal 2(n−1)/n·Ψ. And
+#   the formulas assume ring algorithms: gloo's CPU reduce-scatter sends as much as an all-reduce,
+#   so FSDP2's measured wire bytes here exceed 3(n−1)/n·Ψ (NCCL on GPUs uses rings):
+
+# %%
+fsdp_wire = two["fsdp"]["comm"]["wire_bytes"]
+if fsdp_wire is not None:
+    print(f"FSDP2 wire bytes / ZeRO-3 ring formula = {fsdp_wire / two['fsdp']['comm']['ring_bytes_sent']:.2f}; "
+          f"DDP wire / ring formula = {two['ddp']['comm']['wire_bytes'] / two['ddp']['comm']['ring_bytes_sent']:.2f}")
+
+# %% [markdown]
+# - **Bytes are not time.** ZeRO-3's extra all-gather is cheap when it overlaps with compute
+#   (FSDP2 prefetches the next block's parameters) and expensive when the network is slow
+#   relative to the model's FLOPs per parameter; only a timed run on the real cluster says which.
+
+# %% [markdown]
+# ## Exercises
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q1_zero_bytes
+# points: 1
+
+# %% [markdown]
+# **Exercise 1 —** Predict the resident bytes per rank (weights + gradients + Adam moments, all
+# fp32) of `n_params` parameters on `ranks` ranks under ZeRO stage `stage` (0 = DDP, 1, 2, 3).
+# Write `zero_bytes_per_rank(n_params, ranks, stage)`.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def zero_bytes_per_rank(n_params, ranks, stage):
+    # BEGIN SOLUTION
+    params = 4 * n_params / (ranks if stage >= 3 else 1)
+    grads = 4 * n_params / (ranks if stage >= 2 else 1)
+    moments = 8 * n_params / (ranks if stage >= 1 else 1)
+    return params + grads + moments
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+check_close(zero_bytes_per_rank(n_params, cfg.ranks, 3), sum(two["fsdp"]["state"].values()),
+            what="ZeRO-3 bytes per rank, measured in this lesson")
+check_close(zero_bytes_per_rank(n_params, cfg.ranks, 1), sum(two["zero1"]["state"].values()),
+            what="ZeRO-1 bytes per rank, measured in this lesson")
+
+# %%
+# HIDDEN
+check_close(zero_bytes_per_rank(1000, 4, 2), 4000 + 1000 + 2000, what="ZeRO-2, 1000 parameters, 4 ranks")
+check_close(zero_bytes_per_rank(1000, 8, 0), 16000, what="DDP holds everything")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q2_min_ranks
+# points: 1
+
+# %% [markdown]
+# **Exercise 2 —** What is the smallest number of ranks (1–1024) on which the resident state of
+# `n_params` parameters fits in `gpu_bytes` per GPU under ZeRO stage `stage`? Return 0 if it never
+# fits. (Use your function from Exercise 1.)
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def min_ranks(n_params, stage, gpu_bytes):
+    # BEGIN SOLUTION
+    for ranks in range(1, 1025):
+        if zero_bytes_per_rank(n_params, ranks, stage) <= gpu_bytes:
+            return ranks
+    return 0
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+check_equal(min_ranks(7e9, 3, 80e9), 2, what="7B parameters, ZeRO-3, 80 GB GPUs")
+
+# %%
+# HIDDEN
+check_equal(min_ranks(7e9, 1, 80e9), 3, what="7B parameters, ZeRO-1, 80 GB GPUs")
+check_equal(min_ranks(7e9, 0, 80e9), 0, what="DDP never fits 112 GB in 80 GB")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q3_zero3_traffic
+# points: 1
+
+# %% [markdown]
+# **Exercise 3 —** FSDP2 with `reshard_after_forward=True` on `ranks` ranks: how many bytes does
+# each rank send per step for `param_bytes` bytes of parameters (ring algorithms)? And with
+# `reshard_after_forward=False`? Return the pair.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def fsdp_traffic(param_bytes, ranks):
+    # BEGIN SOLUTION
+    share = (ranks - 1) / ranks * param_bytes
+    return 3 * share, 2 * share
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+check_close(list(fsdp_traffic(psi, cfg.ranks)),
+            [two["fsdp"]["comm"]["ring_bytes_sent"], two["fsdp_keep"]["comm"]["ring_bytes_sent"]],
+            what="(reshard, keep) bytes per rank counted in this lesson")
+
+# %%
+# HIDDEN
+check_close(list(fsdp_traffic(800, 8)), [2100, 1400], what="800 bytes of parameters on 8 ranks")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %%
+headline(
+    zero1_optimizer_bytes_ratio=two["zero1"]["state"]["optimizer"] / two["ddp"]["state"]["optimizer"],
+    fsdp_state_ratio=sum(two["fsdp"]["state"].values()) / sum(two["ddp"]["state"].values()),
+    ddp_sent_over_psi=two["ddp"]["comm"]["ring_bytes_sent"] / psi,
+    zero3_sent_over_psi=two["fsdp"]["comm"]["ring_bytes_sent"] / psi,
+    torch_zero1_sent_over_psi=two["zero1"]["comm"]["ring_bytes_sent"] / psi,
+    fsdp_max_param_diff_vs_ddp=(two["fsdp"]["params"] - two["ddp"]["params"]).abs().max().item(),
+    dcp_exact=all(c["exact"] for c in ckpt),
+)

@@ -1,0 +1,174 @@
+"""MAE: masked autoencoding where the heavy encoder sees only the visible patches.
+
+An image is cut into L patches (B×L×p²C) and embedded with positions (B×L×D). Per sample, a
+random fraction r of the tokens is removed (argsort of uniform noise, as in the MAE reference):
+
+    visible   = tokens[ids_keep]                        B×L_vis×D,  L_vis = int(L·(1−r))
+    latent    = encoder(visible)                        B×L_vis×D   (the expensive part: ∝ L_vis)
+    full      = unshuffle([embed(latent), mask_token × (L − L_vis)], ids_restore) + pos_dec
+    pred      = decoder(full)                           B×L×p²C     (light: few, narrow blocks)
+    loss      = Σ_l mask_l · mean_c (pred_lc − target_lc)² / Σ_l mask_l    (masked patches only)
+
+target = the patch pixels, optionally normalised per patch (norm_pix_loss: subtract the patch
+mean, divide by its std, as in the paper). Because the encoder's blocks run on L_vis tokens,
+their cost falls to about (1 − r) of full encoding (a bit less: attention is quadratic in
+tokens); the variant `mask_tokens_in_encoder=True` puts the mask tokens through the encoder
+(SimMIM-style) and pays for all L tokens. That pair is the speed comparison of lesson 04.
+
+Shapes: tokens B×L×D; mask B×L (1 = removed, original order); ids_restore B×L (int64).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from course_utils.models import TransformerBlock, sincos_position_embedding_2d
+
+
+def random_masking(tokens: torch.Tensor, mask_ratio: float, generator: torch.Generator | None = None):
+    """Per-sample random masking by argsort of uniform noise (MAE reference semantics).
+
+    tokens: B×L×D. Returns
+      visible      B×int(L·(1−mask_ratio))×D  the kept tokens (in noise order, not sorted)
+      mask         B×L float, 1 = removed, 0 = kept, in the original token order
+      ids_restore  B×L int64: torch.gather(cat([visible, mask_tokens], 1), 1, ids_restore)
+                   puts every token back at its original position.
+    The noise is drawn on the generator's device (CPU by default) and moved, so the same seed
+    gives the same mask on CPU and CUDA.
+    """
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 3:
+        raise ValueError(f"tokens must be B×L×D, got "
+                         f"{tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__}; "
+                         "embed the patches first (ViT.embed_patches)")
+    if isinstance(mask_ratio, bool) or not isinstance(mask_ratio, (int, float)):
+        raise TypeError(f"mask_ratio must be a float in [0, 1), got {mask_ratio!r}")
+    if not 0.0 <= mask_ratio < 1.0:
+        raise ValueError(f"mask_ratio must be in [0, 1) (MAE uses 0.75), got {mask_ratio}")
+    b, length, dim = tokens.shape
+    len_keep = int(length * (1 - mask_ratio))
+    if len_keep < 1:
+        raise ValueError(f"mask_ratio={mask_ratio} keeps int({length}·(1−{mask_ratio})) = 0 of "
+                         f"{length} tokens; lower the ratio so at least one token stays visible")
+    noise_device = generator.device if generator is not None else tokens.device
+    noise = torch.rand(b, length, generator=generator, device=noise_device).to(tokens.device)
+    ids_shuffle = torch.argsort(noise, dim=1)              # ascending: small noise is kept
+    ids_restore = torch.argsort(ids_shuffle, dim=1)        # inverse permutation
+    ids_keep = ids_shuffle[:, :len_keep]                   # B×L_vis
+    visible = torch.gather(tokens, 1, ids_keep.unsqueeze(-1).expand(-1, -1, dim))
+    mask = torch.ones(b, length, device=tokens.device, dtype=tokens.dtype)
+    mask[:, :len_keep] = 0                                 # in shuffled order ...
+    mask = torch.gather(mask, 1, ids_restore)              # ... back to the original order
+    return visible, mask, ids_restore
+
+
+def restore_order(tokens: torch.Tensor, ids_restore: torch.Tensor) -> torch.Tensor:
+    """B×L×D tokens in shuffled order (visible first) → original order."""
+    return torch.gather(tokens, 1, ids_restore.unsqueeze(-1).expand(-1, -1, tokens.shape[-1]))
+
+
+def patch_targets(patches: torch.Tensor, norm_pix_loss: bool = False, eps: float = 1e-6) -> torch.Tensor:
+    """B×L×P pixel patches → regression targets (per-patch standardised when norm_pix_loss)."""
+    if not norm_pix_loss:
+        return patches
+    mean = patches.mean(dim=-1, keepdim=True)
+    var = patches.var(dim=-1, keepdim=True)
+    return (patches - mean) / (var + eps).sqrt()
+
+
+def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean squared error over the masked patches only. pred, target B×L×P; mask B×L (1 = masked)."""
+    if pred.shape != target.shape or pred.shape[:2] != mask.shape:
+        raise ValueError(f"pred {tuple(pred.shape)} and target {tuple(target.shape)} must be B×L×P "
+                         f"and mask {tuple(mask.shape)} must be B×L")
+    per_patch = ((pred - target) ** 2).mean(dim=-1)        # B×L
+    return (per_patch * mask).sum() / mask.sum().clamp_min(1)
+
+
+class MAEDecoder(nn.Module):
+    """Light decoder: embed latents to decoder_dim, insert mask tokens, restore order, add fixed
+    positions, `depth` transformer blocks, predict p²C pixels per patch. → B×L×P."""
+
+    def __init__(self, encoder_dim: int, num_patches: int, grid_size: int, patch_dim: int,
+                 dim: int = 64, depth: int = 1, heads: int = 4, mlp_ratio: float = 2):
+        super().__init__()
+        self.num_patches = num_patches
+        self.embed = nn.Linear(encoder_dim, dim)
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, dim))
+        nn.init.normal_(self.mask_token, std=0.02)
+        self.register_buffer("pos_embed", sincos_position_embedding_2d(grid_size, dim).unsqueeze(0),
+                             persistent=False)           # 1×L×dim
+        self.blocks = nn.ModuleList(TransformerBlock(dim, heads, mlp_ratio) for _ in range(depth))
+        self.norm = nn.LayerNorm(dim)
+        self.pred = nn.Linear(dim, patch_dim)
+
+    def forward(self, latent: torch.Tensor, ids_restore: torch.Tensor | None) -> torch.Tensor:
+        x = self.embed(latent)                              # B×L_vis×dim (or B×L×dim)
+        if ids_restore is not None:                         # visible-only encoder: fill the gaps
+            b, n_vis, dim = x.shape
+            fill = self.mask_token.expand(b, self.num_patches - n_vis, dim)
+            x = restore_order(torch.cat([x, fill], dim=1), ids_restore)   # B×L×dim
+        x = x + self.pos_embed
+        for block in self.blocks:
+            x = block(x)
+        return self.pred(self.norm(x))                      # B×L×P
+
+
+class MAE(nn.Module):
+    """Masked autoencoder around the kit's ViT (formula in the module docstring).
+
+    encoder: a course_utils.models.ViT (uses .embed_patches, .encode_tokens, .patchify).
+    forward(images, generator=None) → (loss, pred B×L×P, mask B×L).
+    mask_tokens_in_encoder=True: the encoder runs on all L tokens, masked ones replaced by a
+    learned mask token plus their position (same loss and decoder; for the speed comparison).
+    """
+
+    def __init__(self, encoder: nn.Module, mask_ratio: float = 0.75, decoder_dim: int = 64,
+                 decoder_depth: int = 1, decoder_heads: int = 4, norm_pix_loss: bool = False,
+                 mask_tokens_in_encoder: bool = False):
+        super().__init__()
+        for attr in ("embed_patches", "encode_tokens", "patchify", "num_patches", "pos_embed"):
+            if not hasattr(encoder, attr):
+                raise TypeError(f"encoder must be a course_utils.models.ViT (missing .{attr}), "
+                                f"got {type(encoder).__name__}")
+        if not 0.0 <= mask_ratio < 1.0:
+            raise ValueError(f"mask_ratio must be in [0, 1) (MAE uses 0.75), got {mask_ratio}")
+        self.encoder = encoder
+        self.mask_ratio, self.norm_pix_loss = float(mask_ratio), bool(norm_pix_loss)
+        self.mask_tokens_in_encoder = bool(mask_tokens_in_encoder)
+        self.decoder = MAEDecoder(encoder.dim, encoder.num_patches, encoder.grid_size,
+                                  encoder.patch_dim, decoder_dim, decoder_depth, decoder_heads)
+        if self.mask_tokens_in_encoder:
+            self.encoder_mask_token = nn.Parameter(torch.zeros(1, 1, encoder.dim))
+            nn.init.normal_(self.encoder_mask_token, std=0.02)
+
+    def encode(self, images: torch.Tensor, generator: torch.Generator | None = None):
+        """→ (latent, mask, ids_restore). latent is B×L_vis×D, or B×L×D with
+        mask_tokens_in_encoder (then ids_restore is None: tokens never left their places)."""
+        tokens = self.encoder.embed_patches(images)         # B×L×D, positions added
+        visible, mask, ids_restore = random_masking(tokens, self.mask_ratio, generator)
+        if not self.mask_tokens_in_encoder:
+            return self.encoder.encode_tokens(visible), mask, ids_restore
+        m = mask.unsqueeze(-1)                              # B×L×1
+        filler = self.encoder_mask_token + self.encoder.pos_embed      # 1×L×D: token + position
+        tokens = tokens * (1 - m) + filler * m              # masked content replaced
+        return self.encoder.encode_tokens(tokens), mask, None
+
+    def forward(self, images: torch.Tensor, generator: torch.Generator | None = None):
+        latent, mask, ids_restore = self.encode(images, generator)
+        pred = self.decoder(latent, ids_restore)            # B×L×P
+        target = patch_targets(self.encoder.patchify(images), self.norm_pix_loss)
+        return masked_mse(pred, target, mask), pred, mask
+
+    @torch.no_grad()
+    def reconstruct(self, images: torch.Tensor, generator: torch.Generator | None = None):
+        """→ (masked input, reconstruction with visible patches pasted back, mask) as images.
+        With norm_pix_loss the predictions are de-normalised with each patch's own statistics."""
+        _, pred, mask = self(images, generator)
+        patches = self.encoder.patchify(images)
+        if self.norm_pix_loss:
+            mean, std = patches.mean(-1, keepdim=True), (patches.var(-1, keepdim=True) + 1e-6).sqrt()
+            pred = pred * std + mean
+        m = mask.unsqueeze(-1)
+        masked = self.encoder.unpatchify(patches * (1 - m) + 0.5 * m)  # grey where removed
+        pasted = self.encoder.unpatchify(patches * (1 - m) + pred * m)
+        return masked, pasted.clamp(0, 1), mask

@@ -1,0 +1,210 @@
+"""MoCo: contrastive learning whose negatives come from a queue of past keys.
+
+A query encoder f_q (trained by backprop) and a key encoder f_k (an exponential moving average of
+f_q, never back-propagated) encode two views of the same B images:
+
+    q = normalize(f_q(view_q))                         B×d   (kept for backward)
+    k = normalize(f_k(view_k))                         B×d   (no_grad: nothing kept)
+    logits = [ q·k  |  q·queue^T ] / T                 B×(1+K)
+    loss   = cross_entropy(logits, 0)                  the positive is column 0
+    after the step:  queue <- enqueue(k)               FIFO ring buffer of the last K keys
+                     θ_k  <- m θ_k + (1 - m) θ_q       (done before encoding keys, as in MoCo)
+
+Every anchor is compared against exactly K negatives, however small B is: the candidates come
+from history, not from the batch. The price is staleness: a key written s steps ago was made by
+an older f_k. A slow momentum (m ≈ 0.99-0.999) keeps old and new keys consistent; m = 0 makes
+f_k jump with f_q every step and the queue mixes incomparable keys (the paper reports failure).
+
+BatchNorm leak: with one BN batch for all queries, a sample can tell which key is its positive
+through batch statistics. MoCo shuffles keys across GPUs ("shuffle BN"). On one device we do the
+same with `bn_groups` virtual devices: the batch is encoded as G separate chunks (each chunk has
+its own BN statistics), and keys are shuffled before chunking, so a query and its positive key
+never share a BN group's composition. G=1 turns the protection off.
+
+Shapes: queue.keys K×d (registered buffer: in the state dict, in checkpoints, in the ledger's
+cache line, K·d·4 bytes in fp32); queue.ptr 0-dim int64; queue.written_at, queue.ids K int64.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class FeatureQueue(nn.Module):
+    """FIFO ring buffer of `size` key vectors of width `dim`.
+
+    `.enqueue(keys)` writes a B×dim batch at `.ptr` and advances `ptr = (ptr + B) % size`.
+    When size % B != 0 a batch can straddle the end: its first (size - ptr) rows go to the end of
+    the buffer and the rest to the start, so the buffer always holds exactly the last `size` keys
+    enqueued (tested). A batch larger than the queue would overwrite its own rows and raises.
+
+    Besides the keys the queue records, per slot, the enqueue call that wrote it (`written_at`,
+    -1 for the random initial keys) and an optional item id (`ids`, -1 if unknown), so staleness
+    can be measured: `ages()` = number of enqueue calls since each slot was written.
+    """
+
+    def __init__(self, size: int, dim: int, generator: torch.Generator | None = None):
+        super().__init__()
+        for name, v in (("size", size), ("dim", dim)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        self.size, self.dim = size, dim
+        init = F.normalize(torch.randn(size, dim, generator=generator), dim=1)
+        self.register_buffer("keys", init)                                   # K×d
+        self.register_buffer("ptr", torch.zeros((), dtype=torch.long))       # next slot
+        self.register_buffer("written_at", torch.full((size,), -1, dtype=torch.long))
+        self.register_buffer("ids", torch.full((size,), -1, dtype=torch.long))
+        self.register_buffer("num_enqueued", torch.zeros((), dtype=torch.long))  # calls so far
+
+    @torch.no_grad()
+    def enqueue(self, keys: torch.Tensor, ids: torch.Tensor | None = None) -> None:
+        if not isinstance(keys, torch.Tensor) or keys.dim() != 2:
+            raise ValueError(f"keys must be a B×{self.dim} tensor, got "
+                             f"{getattr(keys, 'shape', type(keys).__name__)}")
+        b, d = keys.shape
+        if d != self.dim:
+            raise ValueError(f"keys have dim {d} but the queue stores dim {self.dim}; "
+                             "project to the queue's dim or build FeatureQueue(size, dim=...)")
+        if b > self.size:
+            raise ValueError(f"batch of {b} keys is larger than the queue ({self.size}); "
+                             "use a queue at least as large as the batch")
+        if ids is not None and (not isinstance(ids, torch.Tensor) or ids.shape != (b,)):
+            raise ValueError(f"ids must be an int tensor of shape ({b},), got "
+                             f"{getattr(ids, 'shape', type(ids).__name__)}")
+        p = int(self.ptr)
+        slots = (torch.arange(b, device=self.keys.device) + p) % self.size   # wraps at the end
+        self.keys[slots] = keys.detach().to(self.keys.device, self.keys.dtype)
+        self.written_at[slots] = int(self.num_enqueued)
+        self.ids[slots] = (ids.to(self.ids.device, torch.long) if ids is not None
+                           else torch.full_like(slots, -1))
+        self.ptr.fill_((p + b) % self.size)
+        self.num_enqueued += 1
+
+    def ages(self) -> torch.Tensor:
+        """K int64: enqueue calls since each slot was written (1 = written by the last call)."""
+        return self.num_enqueued - self.written_at
+
+    def filled(self) -> torch.Tensor:
+        """K bool: slots holding a real key (not the random initialisation)."""
+        return self.written_at >= 0
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}, dim={self.dim}"
+
+
+def shuffle_batch(x: torch.Tensor, generator: torch.Generator | None = None):
+    """Random permutation of the batch: returns (x[perm], unshuffle_index) with
+    x[perm][unshuffle_index] == x."""
+    gen_device = generator.device if generator is not None else x.device
+    perm = torch.randperm(x.shape[0], generator=generator, device=gen_device).to(x.device)
+    return x[perm], torch.argsort(perm)
+
+
+def unshuffle_batch(x: torch.Tensor, unshuffle_index: torch.Tensor) -> torch.Tensor:
+    return x[unshuffle_index]
+
+
+def encode_in_groups(encoder: nn.Module, x: torch.Tensor, groups: int) -> torch.Tensor:
+    """Encode x as `groups` separate chunks, so each chunk gets its own BatchNorm statistics
+    (split-BN: `groups` virtual devices on one device). B×... → B×d."""
+    if groups > 1 and x.shape[0] < 2 * groups:
+        raise ValueError(f"batch of {x.shape[0]} cannot be split into {groups} BatchNorm groups "
+                         f"of at least 2 samples; use a batch >= {2 * groups} or fewer bn_groups")
+    return torch.cat([encoder(chunk) for chunk in x.chunk(groups)])
+
+
+class MoCo(nn.Module):
+    """Query encoder + momentum key encoder + feature queue (formula in the module docstring).
+
+    encoder: any module mapping images B×C×H×W → B×dim (backbone and projection head together).
+    forward(view_q, view_k, ids=None, generator=None) → scalar loss. In training mode it also
+    does the momentum update (before encoding keys) and enqueues the new keys (after the logits
+    are formed, so this step's keys are never their own negatives).
+    """
+
+    def __init__(self, encoder: nn.Module, dim: int, queue_size: int = 1024,
+                 momentum: float = 0.99, temperature: float = 0.2, bn_groups: int = 2):
+        super().__init__()
+        if not isinstance(encoder, nn.Module):
+            raise TypeError(f"encoder must be an nn.Module, got {type(encoder).__name__}")
+        if not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"momentum must be in [0, 1] (typical 0.99-0.999), got {momentum}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0 (typical 0.07-0.2), got {temperature}")
+        if isinstance(bn_groups, bool) or not isinstance(bn_groups, int) or bn_groups < 1:
+            raise ValueError(f"bn_groups must be a positive int (1 = no shuffle-BN), got {bn_groups!r}")
+        self.query_encoder = encoder
+        self.key_encoder = copy.deepcopy(encoder)          # starts identical to the query encoder
+        self.key_encoder.requires_grad_(False)             # trained only by EMA, never by backprop
+        self.queue = FeatureQueue(queue_size, dim)
+        self.momentum, self.temperature, self.bn_groups = float(momentum), float(temperature), bn_groups
+
+    @torch.no_grad()
+    def momentum_update(self) -> None:
+        """θ_k ← m·θ_k + (1 − m)·θ_q for every parameter (BN running statistics of the key
+        encoder come from its own forward passes, as in the reference MoCo)."""
+        for p_q, p_k in zip(self.query_encoder.parameters(), self.key_encoder.parameters()):
+            p_k.mul_(self.momentum).add_(p_q.detach(), alpha=1.0 - self.momentum)
+
+    def encode_queries(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(encode_in_groups(self.query_encoder, x, self.bn_groups), dim=1)
+
+    @torch.no_grad()
+    def encode_keys(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        if self.bn_groups == 1:
+            return F.normalize(self.key_encoder(x), dim=1)
+        shuffled, unshuffle = shuffle_batch(x, generator)           # mix the BN groups
+        k = encode_in_groups(self.key_encoder, shuffled, self.bn_groups)
+        return F.normalize(unshuffle_batch(k, unshuffle), dim=1)
+
+    def contrastive_logits(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """q, k: B×d normalised → logits B×(1+K), positive in column 0."""
+        l_pos = (q * k).sum(dim=1, keepdim=True)                     # B×1
+        # clone: the queue is overwritten in place after this step, but backward still needs the
+        # negatives it was compared against
+        l_neg = q @ self.queue.keys.clone().t()                      # B×K
+        return torch.cat([l_pos, l_neg], dim=1) / self.temperature
+
+    def forward(self, view_q: torch.Tensor, view_k: torch.Tensor, ids: torch.Tensor | None = None,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+        if view_q.shape != view_k.shape:
+            raise ValueError(f"the two views must have the same shape, got "
+                             f"{tuple(view_q.shape)} and {tuple(view_k.shape)}")
+        if view_q.shape[0] > self.queue.size:
+            raise ValueError(f"batch {view_q.shape[0]} is larger than the queue "
+                             f"({self.queue.size}); use queue_size >= batch size")
+        if self.training:
+            self.momentum_update()
+        q = self.encode_queries(view_q)                              # B×d, kept for backward
+        k = self.encode_keys(view_k, generator)                      # B×d, no graph
+        logits = self.contrastive_logits(q, k)
+        labels = torch.zeros(q.shape[0], dtype=torch.long, device=q.device)
+        loss = F.cross_entropy(logits, labels)
+        if self.training:
+            self.queue.enqueue(k, ids)
+        return loss
+
+
+@torch.no_grad()
+def queue_staleness(model: MoCo, images: torch.Tensor, batch_size: int = 256):
+    """Re-encode the images behind the filled queue slots with today's key encoder.
+
+    images: the dataset tensor N×C×H×W that `ids` index into (the same images that were
+    enqueued; pass the un-augmented ones to see encoder drift only). Returns (ages, cosine), both
+    1-D over filled slots with a known id: the age of each stored key in enqueue calls and the
+    cosine between the stored key and the same image encoded now (1 = not stale at all).
+    """
+    keep = model.queue.filled() & (model.queue.ids >= 0)
+    ids = model.queue.ids[keep]
+    stored = model.queue.keys[keep]
+    was_training = model.key_encoder.training
+    model.key_encoder.eval()
+    fresh = torch.cat([model.key_encoder(images[ids[i:i + batch_size].to(images.device)]
+                                         .to(stored.device))
+                       for i in range(0, len(ids), batch_size)]) if len(ids) else stored[:0]
+    model.key_encoder.train(was_training)
+    cosine = (F.normalize(fresh, dim=1) * stored).sum(dim=1)
+    return model.queue.ages()[keep], cosine

@@ -1,0 +1,196 @@
+"""Figures the lessons show: an image grid, training curves, a bar chart. Each returns the figure."""
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+__all__ = ["show_images", "plot_curves", "plot_bars", "image_grid"]
+
+
+def image_grid(images, *, nrow: int = 8, pad: int = 1, pad_value: float = 1.0) -> np.ndarray:
+    """Tile N×C×H×W images (C = 1 or 3, values in [0, 1]) into one (rows·(H+pad))×(nrow·(W+pad))×3
+    array for `imshow`. Values are clipped to [0, 1]; one-channel images become gray RGB."""
+    x = _as_images(images)
+    n, c, h, w = x.shape
+    if not isinstance(nrow, int) or nrow <= 0:
+        raise ValueError(f"nrow must be a positive int, got {nrow!r}")
+    if c == 1:
+        x = x.expand(n, 3, h, w)
+    cols = min(nrow, n)
+    rows = math.ceil(n / cols)
+    grid = torch.full((3, rows * (h + pad) + pad, cols * (w + pad) + pad), float(pad_value))
+    for i in range(n):
+        r, col = divmod(i, cols)
+        top, left = pad + r * (h + pad), pad + col * (w + pad)
+        grid[:, top:top + h, left:left + w] = x[i]
+    return grid.clamp(0, 1).permute(1, 2, 0).numpy()
+
+
+def show_images(images, *, nrow: int = 8, title: str | None = None, labels=None,
+                classes: Sequence[str] | None = None, ax=None, scale: float = 1.0):
+    """Show N×C×H×W images (a tensor, a list of C×H×W tensors, or anything with `.images`)
+    as a grid; `labels` (N ints, or N strings) are written above each image, mapped through
+    `classes` when given. Returns the matplotlib figure."""
+    if hasattr(images, "images") and not isinstance(images, torch.Tensor):
+        if labels is None:
+            labels = getattr(images, "labels", None)
+        if classes is None:
+            classes = getattr(images, "classes", None)
+        images = images.images
+    x = _as_images(images)
+    n, _, h, w = x.shape
+    names = _label_names(labels, classes, n)
+    cols = min(nrow, n) if isinstance(nrow, int) and nrow > 0 else nrow
+    grid = image_grid(x, nrow=cols)
+    if ax is None:
+        rows = math.ceil(n / cols)
+        fig, ax = plt.subplots(figsize=(max(2.0, 1.1 * cols * scale), max(1.5, 1.1 * rows * scale + 0.3)))
+    else:
+        fig = ax.figure
+    ax.imshow(grid, interpolation="nearest")
+    ax.set_axis_off()
+    if names is not None:
+        for i, name in enumerate(names):
+            r, col = divmod(i, cols)
+            ax.text(1 + col * (w + 1) + w / 2, r * (h + 1) + 0.6, name, ha="center", va="bottom",
+                    fontsize=7, clip_on=False)
+    if title:
+        ax.set_title(title, pad=12 if names is not None else 4)
+    fig.tight_layout()
+    return fig
+
+
+_POSITION_KEYS = ("step", "eval_step", "epoch", "batch_index")
+
+
+def plot_curves(history, keys: Sequence[str] | None = None, ax=None, *, logy: bool = False,
+                title: str | None = None):
+    """Plot training curves from a dict of lists, or an object with `.as_dict()` (train.History).
+
+    Each key in `keys` (default: every numeric series except step/epoch counters) becomes one line,
+    against `history["step"]` — or `history["eval_step"]` for keys named `eval_*` — when that
+    series has the same length, else against the index. With `ax` all lines share it; without,
+    each key gets its own panel. Returns the figure.
+    """
+    data = history.as_dict() if hasattr(history, "as_dict") else history
+    if not isinstance(data, Mapping):
+        raise TypeError(f"history must be a dict of lists or have .as_dict(), got {type(history).__name__}")
+    if keys is None:
+        keys = [k for k, v in data.items() if k not in _POSITION_KEYS and _is_numeric_series(v)]
+    elif isinstance(keys, str):
+        keys = [keys]
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise ValueError(f"keys {missing} are not in the history; it has {list(data)}")
+    if not keys:
+        raise ValueError(f"nothing to plot: no numeric series in the history (keys: {list(data)})")
+    if ax is None:
+        fig, axes = plt.subplots(1, len(keys), figsize=(3.6 * len(keys), 2.8), squeeze=False)
+        axes = list(axes[0])
+    else:
+        fig, axes = ax.figure, [ax] * len(keys)
+    for key, a in zip(keys, axes):
+        ys = _to_floats(data[key], key)
+        x_key = "eval_step" if key.startswith("eval_") else "step"
+        if x_key in data and len(data[x_key]) == len(ys):
+            xs, x_label = _to_floats(data[x_key], x_key), "step"
+        else:
+            xs, x_label = np.arange(len(ys)), "index"
+        a.plot(xs, ys, label=key, marker="o" if len(ys) <= 20 else None, markersize=3)
+        a.set_xlabel(x_label)
+        if logy:
+            a.set_yscale("log")
+        if ax is None:
+            a.set_title(key)
+        a.grid(alpha=0.3)
+    if ax is not None:
+        ax.legend()
+        if title:
+            ax.set_title(title)
+    elif title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_bars(values: Mapping[str, float], *, ax=None, title: str | None = None,
+              ylabel: str | None = None, fmt: str = "{:.3g}", logy: bool = False):
+    """A labelled bar per entry of `values` (name -> number), the number written on the bar."""
+    if not isinstance(values, Mapping) or not values:
+        raise ValueError("values must be a non-empty dict of name -> number")
+    names = [str(k) for k in values]
+    heights = _to_floats(list(values.values()), "values")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(max(3.0, 0.9 * len(names) + 1), 2.8))
+    else:
+        fig = ax.figure
+    bars = ax.bar(names, heights, color="C0")
+    for bar, hgt in zip(bars, heights):
+        ax.text(bar.get_x() + bar.get_width() / 2, hgt, fmt.format(hgt), ha="center", va="bottom",
+                fontsize=8)
+    if logy:
+        ax.set_yscale("log")
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.tick_params(axis="x", labelrotation=30 if len(names) > 4 else 0)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def _as_images(images) -> torch.Tensor:
+    """Anything image-like -> float CPU tensor N×C×H×W with C in {1, 3}."""
+    if isinstance(images, (list, tuple)):
+        if not images:
+            raise ValueError("no images to show: got an empty list")
+        images = torch.stack([torch.as_tensor(im) for im in images])
+    if isinstance(images, np.ndarray):
+        images = torch.from_numpy(images)
+    if not isinstance(images, torch.Tensor):
+        raise TypeError(f"images must be a tensor N×C×H×W, got {type(images).__name__}")
+    x = images.detach().float().cpu()
+    if x.dim() == 3:
+        x = x[None]
+    if x.dim() != 4 or x.shape[1] not in (1, 3) or x.shape[0] == 0:
+        raise ValueError(f"images must be N×C×H×W with C = 1 or 3 and N > 0, got {tuple(images.shape)}")
+    return x
+
+
+def _label_names(labels, classes, n):
+    if labels is None:
+        return None
+    labels = labels.tolist() if isinstance(labels, torch.Tensor) else list(labels)
+    if len(labels) < n:
+        raise ValueError(f"got {len(labels)} labels for {n} images; pass one label per image")
+    names = []
+    for lab in labels[:n]:
+        if classes is not None and isinstance(lab, int) and 0 <= lab < len(classes):
+            names.append(str(classes[lab]))
+        else:
+            names.append(str(lab))
+    return names
+
+
+def _is_numeric_series(v) -> bool:
+    try:
+        _to_floats(v, "")
+        return len(v) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def _to_floats(v, key) -> np.ndarray:
+    if isinstance(v, torch.Tensor):
+        return v.detach().float().cpu().numpy().reshape(-1)
+    try:
+        return np.asarray([float(x) for x in v], dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"history[{key!r}] must be a list of numbers") from err

@@ -35,5 +35,9 @@ benchmarks: $(STAMP)
 	$(PY) -m pip install -e ".[dev,bench]"
 	$(PY) benchmarks/run.py
 
+## make assignments: student notebooks + autograder zips for every lesson with exercises, into dist/
+assignments: $(STAMP)
+	$(PY) tools/assign.py
+
 clean:
 	rm -rf build dist .pytest_cache

@@ -143,6 +143,90 @@ print(record)
 # [otter-grader](https://otter-grader.readthedocs.io) (see `docs/instructor.md`), with a few hidden
 # tests on edge cases.
 
+# %% [raw]
+# # BEGIN QUESTION
+# name: q1_dataset_bytes
+# points: 1
+
+# %% [markdown]
+# **Exercise 1 —** How many bytes do the images of a dataset take in memory? Write
+# `image_bytes(ds)` for any dataset `load_dataset` returns (float32, so 4 bytes per value).
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def image_bytes(ds):
+    # BEGIN SOLUTION
+    n, c, h, w = ds.images.shape
+    return 4 * n * c * h * w
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+_ds = load_dataset("digits", "test")
+assert image_bytes(_ds) == _ds.images.numel() * _ds.images.element_size(), "N·C·H·W values of 4 bytes"
+
+# %%
+# HIDDEN
+_ds = load_dataset("shapes", "test", image_size=16, limit=100)
+assert image_bytes(_ds) == 100 * 3 * 16 * 16 * 4
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q2_same_views
+# points: 1
+
+# %% [markdown]
+# **Exercise 2 —** Reproducibility: write `two_views(images, seed)` that returns two augmented
+# views `(v1, v2)` of `images` with `SimCLRAugment(32)`, drawn from one `torch.Generator` seeded
+# with `seed`, so that calling it twice with the same seed gives identical views.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def two_views(images, seed):
+    # BEGIN SOLUTION
+    gen = torch.Generator().manual_seed(seed)
+    aug = SimCLRAugment(32)
+    return aug(images, gen), aug(images, gen)
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+_x = load_dataset("shapes", "test", limit=8).images
+_a, _b = two_views(_x, 3)
+assert torch.equal(_a, two_views(_x, 3)[0]), "the same seed must give the same first view"
+assert not torch.equal(_a, _b), "the two views must differ: draw both from one generator"
+
+# %%
+# HIDDEN
+_x = load_dataset("shapes", "test", limit=4).images
+assert not torch.equal(two_views(_x, 1)[0], two_views(_x, 2)[0]), "different seeds, different views"
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
 # %%
 headline(device=str(device), datasets=len(available_datasets()), shapes_train_images=len(shapes),
          ledger_flops_16_images=record.flops)

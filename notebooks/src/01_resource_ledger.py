@@ -36,12 +36,12 @@ from course_utils.train import EvalEvery, fit, supervised_step
 
 cfg = config(
     SCALE,
-    ci=dict(image_size=16, batches=[4, 8, 16], width=8, train_limit=512, steps=20, batch_size=32,
-            eval_every=10, lr=0.05),
-    default=dict(image_size=32, batches=[16, 32, 64, 128], width=8, train_limit=None, steps=300,
-                 batch_size=64, eval_every=50, lr=0.05),
-    gpu=dict(image_size=32, batches=[64, 128, 256, 512], width=32, train_limit=None, steps=2000,
-             batch_size=256, eval_every=200, lr=0.1),
+    ci=dict(image_size=16, batches=[4, 8, 16], width=8, train_limit=512, train_image_size=16,
+            train_width=8, steps=20, batch_size=32, eval_every=10, lr=0.05),
+    default=dict(image_size=32, batches=[16, 32, 64, 128], width=16, train_limit=None,
+                 train_image_size=16, train_width=16, steps=600, batch_size=128, eval_every=100, lr=0.05),
+    gpu=dict(image_size=32, batches=[64, 128, 256, 512], width=32, train_limit=None,
+             train_image_size=32, train_width=32, steps=2000, batch_size=256, eval_every=200, lr=0.1),
 )
 device = setup(SCALE, seed=cfg.seed)
 dataset = "cifar10" if SCALE == "gpu" else "shapes"
@@ -209,11 +209,17 @@ assert len({round(r["resident MB"], 9) for r in sweep}) == 1
 #
 # The ledger describes a step that learns. The same `supervised_step`, in the course's one
 # training loop (`course_utils.train.fit`), trains the ResNet on the embedded shapes dataset
-# (class = shape; colour, position, size, rotation and texture are nuisances).
+# (class = shape; colour, position, size, rotation and texture are nuisances). On a CPU we train
+# at 16×16 pixels: the ledger above says a 32-pixel step costs four times as much.
 
 # %%
+if cfg.train_image_size != cfg.image_size:
+    train = load_dataset(dataset, "train", image_size=cfg.train_image_size, device=device,
+                         download=SCALE == "gpu", limit=cfg.train_limit)
+    test = load_dataset(dataset, "test", image_size=cfg.train_image_size, device=device,
+                        download=SCALE == "gpu", limit=cfg.train_limit)
 torch.manual_seed(cfg.seed)
-model = SmallResNet(width=cfg.width, num_classes=c).to(device)
+model = SmallResNet(width=cfg.train_width, num_classes=c).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
 history = fit(
     supervised_step(model, opt),
@@ -283,6 +289,23 @@ widgets.interact(predicted_ledger, batch=widgets.IntSlider(64, 8, 512, 8),
 
 # %% [markdown]
 # ## Exercises
+#
+# The tests below check your answers against the ledger's own measurements, made by these helpers.
+
+# %%
+def _measured_activation_bytes(batch, d, hidden, classes):
+    m = MLP(d, hidden, classes, layers=2)
+    o = torch.optim.SGD(m.parameters(), lr=0.1)
+    xs, ys = torch.rand(batch, d), torch.randint(0, classes, (batch,))
+    return measure(lambda: supervised_step(m, o)((xs, ys)), model=m).activation_bytes
+
+
+def _measured_backward_flops(batch, d, hidden, classes):
+    m = MLP(d, hidden, classes, layers=2)
+    o = torch.optim.SGD(m.parameters(), lr=0.1)
+    xs, ys = torch.rand(batch, d), torch.randint(0, classes, (batch,))
+    return measure(lambda: supervised_step(m, o)((xs, ys)), model=m).backward_flops
+
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -294,6 +317,9 @@ widgets.interact(predicted_ledger, batch=widgets.IntSlider(64, 8, 512, 8),
 # `MLP(d, hidden, classes, layers=2)` with cross-entropy keeps for backward (fp32, int64 targets).
 # The test measures it with `measure`.
 
+# %% [raw]
+# # BEGIN SOLUTION
+
 # %%
 def mlp_activation_bytes(batch, d, hidden, classes):
     # BEGIN SOLUTION
@@ -301,15 +327,12 @@ def mlp_activation_bytes(batch, d, hidden, classes):
     # END SOLUTION
 
 # %% [raw]
+# # END SOLUTION
+
+# %% [raw]
 # # BEGIN TESTS
 
 # %%
-def _measured_activation_bytes(batch, d, hidden, classes):
-    m = MLP(d, hidden, classes, layers=2)
-    o = torch.optim.SGD(m.parameters(), lr=0.1)
-    xs, ys = torch.rand(batch, d), torch.randint(0, classes, (batch,))
-    return measure(lambda: supervised_step(m, o)((xs, ys)), model=m).activation_bytes
-
 assert mlp_activation_bytes(8, 20, 16, 5) == _measured_activation_bytes(8, 20, 16, 5), \
     "count the input, the ReLU output, the log-softmax, the int64 targets and one fp32 scalar"
 
@@ -334,6 +357,9 @@ assert mlp_activation_bytes(64, 100, 7, 10) == _measured_activation_bytes(64, 10
 # %% [markdown]
 # **Exercise 2 —** Backward FLOPs of the same MLP step. Remember which gradients are needed.
 
+# %% [raw]
+# # BEGIN SOLUTION
+
 # %%
 def mlp_backward_flops(batch, d, hidden, classes):
     # BEGIN SOLUTION
@@ -341,15 +367,12 @@ def mlp_backward_flops(batch, d, hidden, classes):
     # END SOLUTION
 
 # %% [raw]
+# # END SOLUTION
+
+# %% [raw]
 # # BEGIN TESTS
 
 # %%
-def _measured_backward_flops(batch, d, hidden, classes):
-    m = MLP(d, hidden, classes, layers=2)
-    o = torch.optim.SGD(m.parameters(), lr=0.1)
-    xs, ys = torch.rand(batch, d), torch.randint(0, classes, (batch,))
-    return measure(lambda: supervised_step(m, o)((xs, ys)), model=m).backward_flops
-
 assert mlp_backward_flops(4, 10, 6, 3) == _measured_backward_flops(4, 10, 6, 3), \
     "the first layer needs only its weight gradient: the images need no gradient"
 
@@ -374,11 +397,17 @@ assert mlp_backward_flops(32, 48, 20, 9) == _measured_backward_flops(32, 48, 20,
 # **Exercise 3 —** A model has `n` fp32 parameters and is trained with Adam. How many bytes of
 # resident state (parameters + gradients + optimizer state) does one step need?
 
+# %% [raw]
+# # BEGIN SOLUTION
+
 # %%
 def adam_resident_bytes(n):
     # BEGIN SOLUTION
     return 4 * n * (1 + 1 + 2)
     # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
 
 # %% [raw]
 # # BEGIN TESTS

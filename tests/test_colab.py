@@ -1,0 +1,151 @@
+"""The Colab path of every lesson notebook: the badge opens this very notebook from the course repo,
+the install cell is tools/template.py's INSTALL_CELL (one pip command on Colab, nothing elsewhere),
+the parameters cell defines SCALE from COURSE_SCALE, and SCALE="gpu" without CUDA stops with a
+message that says what to do.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import types
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from template import INSTALL_CELL, REPO, badge  # noqa: E402
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+BADGE_LINK = re.compile(r"\[!\[Open In Colab\]\((?P<img>[^)]+)\)\]\((?P<url>[^)]+)\)")
+
+
+def source(cell: dict) -> str:
+    s = cell["source"]
+    return "".join(s) if isinstance(s, list) else s
+
+
+def code_cells(nb_path: Path) -> list[dict]:
+    return [c for c in json.loads(nb_path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "no notebooks/NN_name.ipynb: run `make notebooks`"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_badge_opens_this_notebook_from_the_repo(nb):
+    title = json.loads(nb.read_text())["cells"][0]
+    assert title["cell_type"] == "markdown"
+    text = source(title)
+    assert re.match(rf"# {nb.stem[:2]} · \S", text), f"{nb.name}: title must be '# {nb.stem[:2]} · ...'"
+    links = BADGE_LINK.findall(text)
+    assert len(links) == 1, f"{nb.name}: want exactly one Colab badge in the title cell"
+    img, url = links[0]
+    assert img == "https://colab.research.google.com/assets/colab-badge.svg"
+    u = urlparse(url)
+    assert (u.scheme, u.netloc) == ("https", "colab.research.google.com")
+    prefix = f"/github/{REPO}/blob/main/"
+    assert u.path.startswith(prefix), f"{nb.name}: badge must open github/{REPO} at main: {url}"
+    path_in_repo = u.path[len(prefix):]
+    assert path_in_repo == f"notebooks/{nb.name}", f"{nb.name}: badge opens {path_in_repo}"
+    assert (ROOT / path_in_repo).is_file()
+    assert badge(nb.stem) in text  # and it is exactly what tools/template.py writes
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_first_code_cell_is_the_install_cell(nb):
+    assert source(code_cells(nb)[0]) == INSTALL_CELL
+
+
+def _run_install_cell(monkeypatch, on_colab: bool) -> list:
+    calls = []
+    monkeypatch.setattr("subprocess.run", lambda *a, **k: calls.append((a, k)))
+    if on_colab:
+        monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    exec(compile(INSTALL_CELL, "install-cell", "exec"), {})
+    return calls
+
+
+def test_install_cell_does_nothing_off_colab(monkeypatch):
+    assert _run_install_cell(monkeypatch, on_colab=False) == []
+
+
+def test_install_cell_is_one_unpinned_pip_command_on_colab(monkeypatch):
+    calls = _run_install_cell(monkeypatch, on_colab=True)
+    assert len(calls) == 1
+    (cmd,), kwargs = calls[0]
+    assert cmd[:4] == [sys.executable, "-m", "pip", "install"] and kwargs.get("check") is True
+    targets = [a for a in cmd[4:] if not a.startswith("-")]
+    assert targets == [f"git+https://github.com/{REPO}.git"]
+
+
+def test_kit_does_not_pin_torch_exactly():
+    """An exact pin would replace Colab's CUDA build of torch on every install."""
+    text = (ROOT / "pyproject.toml").read_text()
+    deps = re.search(r"(?s)^dependencies = \[(.*?)\]", text, re.M).group(1)
+    pins = [d for d in re.findall(r'"([^"]+)"', deps) if "==" in d]
+    assert not pins, f"exact pins in pyproject dependencies: {pins}"
+    assert re.search(r'"torch>=', deps)
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_parameters_cell_reads_scale_from_the_environment(nb, monkeypatch):
+    cells = code_cells(nb)
+    tagged = [i for i, c in enumerate(cells) if "parameters" in c["metadata"].get("tags", [])]
+    assert tagged == [1], f"{nb.name}: want one 'parameters' cell, the second code cell: {tagged}"
+    params = source(cells[1])
+    monkeypatch.delenv("COURSE_SCALE", raising=False)
+    ns: dict = {}
+    exec(compile(params, "parameters", "exec"), ns)
+    assert ns["SCALE"] == "default"
+    for scale in ("ci", "gpu"):
+        monkeypatch.setenv("COURSE_SCALE", scale)
+        ns = {}
+        exec(compile(params, "parameters", "exec"), ns)
+        assert ns["SCALE"] == scale
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_scale_goes_through_runtime_setup(nb):
+    """setup(SCALE, ...) right after the parameters is what turns "gpu" without CUDA into a
+    clear message instead of a crash deep in the lesson."""
+    later = "\n".join(source(c) for c in code_cells(nb)[2:4])
+    assert re.search(r"\bsetup\(\s*SCALE\b", later), f"{nb.name}: call setup(SCALE, ...) in the " \
+                                                     "cell after the parameters cell"
+
+
+def _runtime():
+    try:
+        from course_utils import runtime
+    except ImportError:
+        pytest.skip("course_utils.runtime does not exist yet")
+    return runtime
+
+
+def test_gpu_scale_without_cuda_says_what_to_do(monkeypatch):
+    runtime = _runtime()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError) as err:
+        runtime.setup("gpu")
+    msg = str(err.value)
+    assert "CUDA" in msg or "GPU" in msg
+    assert "Colab" in msg and "SCALE" in msg, f"the message should say how to fix it: {msg}"
+
+
+def test_gpu_scale_with_cuda_selects_cuda(monkeypatch):
+    runtime = _runtime()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: None)
+    was = (torch.are_deterministic_algorithms_enabled(),
+           torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        device = runtime.setup("gpu", seed=0)
+    finally:
+        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+    assert torch.device(device).type == "cuda"

@@ -218,11 +218,13 @@ def ssl_quality(quick: bool, seconds: float | None = None) -> dict:
     train = load_dataset("shapes", "train", image_size=image_size)
     probe_train = train.subset(500 if quick else 2000)
     test = load_dataset("shapes", "test", image_size=image_size, limit=500 if quick else 1000)
-    aug = SimCLRAugment(image_size)
+    # the lessons' "shapes" recipe (02/03): large crops, strong colour jitter, random quarter turns
+    aug = SimCLRAugment(image_size, crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True)
     torch.manual_seed(0)
     random_probe = probe_encoder(SmallResNet(width=width), probe_train, test)
     out = {"config": dict(image_size=image_size, backbone=f"SmallResNet(width={width})",
-                          batch=batch, train_core_seconds=seconds, dataset="shapes",
+                          batch=batch, train_core_seconds=seconds, dataset="shapes", augment=repr(aug),
+                          optimizer="AdamW(lr=2e-3, weight_decay=1e-4)", temperature=0.2, moco_queue=1024,
                           budget="CPU time / threads, i.e. wall-clock on an idle machine"),
            "random_init": random_probe}
     for name in ("simclr", "moco"):
@@ -231,13 +233,13 @@ def ssl_quality(quick: bool, seconds: float | None = None) -> dict:
         backbone = SmallResNet(width=width)
         head = ProjectionHead(backbone.feature_dim, 128, 64)
         if name == "simclr":
-            model = SimCLR(backbone, head, temperature=0.5)
-            opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+            model = SimCLR(backbone, head, temperature=0.2)
+            opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-4)
             step = simclr_step(model, opt, aug, g)
         else:
-            model = MoCo(torch.nn.Sequential(backbone, head), dim=64, queue_size=2048,
+            model = MoCo(torch.nn.Sequential(backbone, head), dim=64, queue_size=1024,
                          momentum=0.99, temperature=0.2, bn_groups=2)
-            opt = torch.optim.Adam(model.query_encoder.parameters(), lr=2e-3)
+            opt = torch.optim.AdamW(model.query_encoder.parameters(), lr=2e-3, weight_decay=1e-4)
             step = moco_step(model, opt, aug, g)
         steps = _train_for(step, train, batch, seconds, g)
         probe = probe_encoder(backbone, probe_train, test)

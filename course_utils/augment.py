@@ -22,7 +22,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["random_resized_crop", "horizontal_flip", "color_jitter", "random_grayscale",
+__all__ = ["random_resized_crop", "horizontal_flip", "random_rot90", "color_jitter", "random_grayscale",
            "gaussian_blur", "SimCLRAugment", "adjust_brightness", "adjust_contrast",
            "adjust_saturation", "adjust_hue", "rgb_to_hsv", "hsv_to_rgb"]
 
@@ -93,6 +93,24 @@ def horizontal_flip(x: torch.Tensor, p: float = 0.5, generator: torch.Generator 
     p = _check_prob(p)
     flip = _coin(x.shape[0], p, generator, x.device)                         # B
     return _select(flip, x.flip(-1), x)
+
+
+def random_rot90(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Rotate each square image by k·90°, k ~ U{0, 1, 2, 3} per sample. B×C×S×S -> B×C×S×S.
+
+    Exact (a permutation of pixels, no interpolation). Use it when orientation is a nuisance of
+    the data, as in "shapes" (every shape is drawn at a random rotation): the two views then
+    disagree on orientation and the encoder cannot match them by it.
+    """
+    _check_batch(x)
+    if x.shape[-1] != x.shape[-2]:
+        raise ValueError(f"random_rot90 needs square images, got {x.shape[-2]}×{x.shape[-1]}; "
+                         "crop to a square first (random_resized_crop(x, size=S))")
+    k = torch.floor(_uniform(x.shape[0], 0.0, 4.0, generator, x.device)).clamp_(max=3)  # B
+    out = x
+    for turns in (1, 2, 3):
+        out = _select(k == turns, torch.rot90(x, turns, dims=(2, 3)), out)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -279,20 +297,22 @@ def gaussian_blur(x: torch.Tensor, kernel_size: int, sigma=(0.1, 2.0), p: float 
 class SimCLRAugment:
     """One random view per call, the SimCLR recipe (Chen et al. 2020, appendix A) on a batch:
 
-        random_resized_crop(scale=crop_scale) -> horizontal_flip(0.5)
+        random_resized_crop(scale=crop_scale) -> horizontal_flip(0.5) [-> random_rot90]
         -> color_jitter(0.8s, 0.8s, 0.8s, 0.2s, p=0.8) -> random_grayscale(0.2)
         -> gaussian_blur(kernel ≈ 10% of the image, sigma 0.1-2.0, p=0.5)
 
     with s = color_strength (0.5 gives torchvision's usual 0.4/0.4/0.4/0.1).
     color=False drops the jitter and, unless grayscale=True is passed, the grayscale step too:
     that is the "colour shortcut" ablation. blur is off by default (small images).
+    rotate=True adds a random multiple of 90° after the flip (off by default: not in the paper;
+    the lessons turn it on for "shapes", whose shapes are drawn at random rotations).
     On one-channel input only brightness and contrast are jittered and grayscale is skipped.
     x: B×C×H×W in [0, 1] -> B×C×image_size×image_size in [0, 1].
     """
 
     def __init__(self, image_size: int, *, crop_scale=(0.2, 1.0), color: bool = True,
                  color_strength: float = 0.5, blur: bool = False, grayscale: bool | None = None,
-                 flip: bool = True):
+                 flip: bool = True, rotate: bool = False):
         if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size <= 0:
             raise ValueError(f"image_size must be a positive int (output side in pixels), got {image_size!r}")
         self.image_size = image_size
@@ -305,12 +325,13 @@ class SimCLRAugment:
         self.blur = bool(blur)
         self.grayscale = self.color if grayscale is None else bool(grayscale)
         self.flip = bool(flip)
+        self.rotate = bool(rotate)
         self.blur_kernel = max(3, int(0.1 * self.image_size) // 2 * 2 + 1)    # odd, ≈10% of side
 
     def __repr__(self) -> str:
         return (f"SimCLRAugment(image_size={self.image_size}, crop_scale={self.crop_scale}, "
                 f"color={self.color}, color_strength={self.color_strength}, blur={self.blur}, "
-                f"grayscale={self.grayscale}, flip={self.flip})")
+                f"grayscale={self.grayscale}, flip={self.flip}, rotate={self.rotate})")
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         _check_batch(x)
@@ -320,6 +341,8 @@ class SimCLRAugment:
         y = random_resized_crop(x, self.image_size, scale=self.crop_scale, generator=generator)
         if self.flip:
             y = horizontal_flip(y, 0.5, generator=generator)
+        if self.rotate:
+            y = random_rot90(y, generator=generator)
         if self.color:
             y = color_jitter(y, 0.8 * s, 0.8 * s, 0.8 * s if rgb else 0.0,
                              min(0.5, 0.2 * s) if rgb else 0.0, p=0.8, generator=generator)

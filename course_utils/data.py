@@ -231,7 +231,13 @@ def _to_float_resized(images_u8: torch.Tensor, image_size: int | None,
 
 
 SHAPE_CLASSES = ["disk", "ring", "square", "triangle", "plus", "bar", "star", "crescent"]
-_SHAPES_VERSION = 1                       # bump whenever the generator changes (invalidates caches)
+_SHAPES_VERSION = 2                       # bump whenever the generator changes (invalidates caches)
+# v2 (issue 3): weaker stripes (amplitude <= 0.15, was 0.6), less noise (std <= 0.03, was 0.06) and
+# bigger shapes (radius >= 0.55, was 0.42). At 16 px the v1 nuisances (stripes with their own
+# edges, tiny shapes) drowned the shape: a few CPU minutes of SimCLR gained only ~3 probe points.
+_STRIPE_AMP_MAX = 0.15
+_NOISE_STD_MAX = 0.03
+_SCALE_RANGE = (0.55, 0.72)
 _SHAPES_COUNTS = {"train": 10000, "test": 2000}
 _SHAPES_SEEDS = {"train": 0, "test": 1}
 _SHAPES_CHUNK = 1000                      # images per seeded chunk; a multiple of 8 classes
@@ -291,7 +297,7 @@ def _stripes(g: torch.Generator, n: int, xx: torch.Tensor, yy: torch.Tensor) -> 
     freq = _uniform(g, n, 1.0, 4.0)[:, None, None]                    # cycles per image side
     angle = _uniform(g, n, 0.0, math.pi)[:, None, None]
     phase = _uniform(g, n, 0.0, 2 * math.pi)[:, None, None]
-    amp = _uniform(g, n, 0.0, 0.6)[:, None, None]
+    amp = _uniform(g, n, 0.0, _STRIPE_AMP_MAX)[:, None, None]
     t = xx * torch.cos(angle) + yy * torch.sin(angle)                  # n×H×W, in image units
     return 1 - amp * 0.5 * (1 + torch.sin(math.pi * freq * t + phase))
 
@@ -311,7 +317,7 @@ def _render_shapes_chunk(seed: int, n: int, size: int = _SHAPES_SIZE) -> tuple[t
     coords = (torch.arange(s, dtype=torch.float32) + 0.5) / s * 2 - 1  # pixel centres in [-1, 1]
     yy, xx = torch.meshgrid(coords, coords, indexing="ij")            # S×S each
 
-    scale = _uniform(g, n, 0.42, 0.72)                                # shape radius / half-image
+    scale = _uniform(g, n, *_SCALE_RANGE)                             # shape radius / half-image
     reach = 1 - 0.9 * scale                                           # keep the shape in frame
     cx = (2 * torch.rand(n, generator=g) - 1) * reach
     cy = (2 * torch.rand(n, generator=g) - 1) * reach
@@ -338,7 +344,7 @@ def _render_shapes_chunk(seed: int, n: int, size: int = _SHAPES_SIZE) -> tuple[t
     fg_tex = _stripes(g, n, fx, fy)[:, None]                          # n×1×size×size
     bg_tex = _stripes(g, n, fx, fy)[:, None]
     img = alpha * fg[:, :, None, None] * fg_tex + (1 - alpha) * bg[:, :, None, None] * bg_tex
-    noise_std = _uniform(g, n, 0.0, 0.06)[:, None, None, None]
+    noise_std = _uniform(g, n, 0.0, _NOISE_STD_MAX)[:, None, None, None]
     img = img + noise_std * torch.randn(img.shape, generator=g)       # n×3×size×size
     img_u8 = (img.clamp(0, 1) * 255).round().to(torch.uint8)
     return img_u8, labels

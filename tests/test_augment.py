@@ -25,10 +25,12 @@ def smooth_batch(b=8, c=3, size=24):
 ALL_OPS = {
     "crop": lambda x, g: A.random_resized_crop(x, 16, generator=g),
     "flip": lambda x, g: A.horizontal_flip(x, generator=g),
+    "rot90": lambda x, g: A.random_rot90(x, generator=g),
     "jitter": lambda x, g: A.color_jitter(x, generator=g),
     "gray": lambda x, g: A.random_grayscale(x, p=0.5, generator=g),
     "blur": lambda x, g: A.gaussian_blur(x, 5, generator=g),
     "simclr": lambda x, g: A.SimCLRAugment(16, blur=True)(x, g),
+    "simclr_rot": lambda x, g: A.SimCLRAugment(16, rotate=True)(x, g),
 }
 
 
@@ -36,7 +38,7 @@ ALL_OPS = {
 def test_shape_range_dtype_device_and_determinism(name, batch):
     op = ALL_OPS[name]
     out = op(batch, gen(1))
-    expected_hw = (16, 16) if name in ("crop", "simclr") else (24, 24)
+    expected_hw = (16, 16) if name in ("crop", "simclr", "simclr_rot") else (24, 24)
     assert out.shape == (16, 3, *expected_hw)
     assert out.dtype == batch.dtype and out.device == batch.device
     assert out.min() >= 0.0 and out.max() <= 1.0
@@ -188,3 +190,17 @@ def test_validation_errors(batch):
         A.SimCLRAugment(0)
     with pytest.raises(ValueError, match="one value per sample"):
         A.adjust_brightness(batch, torch.ones(3))
+
+
+def test_rot90_is_an_exact_quarter_turn_per_sample():
+    x = smooth_batch(64)
+    out = A.random_rot90(x, generator=gen(5))
+    turns = []
+    for b in range(len(x)):
+        match = [k for k in range(4) if torch.equal(out[b], torch.rot90(x[b], k, dims=(1, 2)))]
+        assert len(match) == 1, f"sample {b} is not an exact multiple of 90° of its input"
+        turns.append(match[0])
+    counts = torch.bincount(torch.tensor(turns), minlength=4)
+    assert (counts >= 8).all(), f"each of the four turns should be drawn (64 samples): {counts}"
+    with pytest.raises(ValueError, match="square"):
+        A.random_rot90(torch.rand(2, 3, 8, 12))

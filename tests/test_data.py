@@ -51,7 +51,7 @@ def test_shapes_colour_says_nothing_about_the_class():
 
 def test_shapes_cache_round_trip_and_corruption(empty_root):
     first = load_dataset("shapes", "test")
-    cache = empty_root / "shapes-v1-test-2000.pt"
+    cache = empty_root / f"shapes-v{data._SHAPES_VERSION}-test-2000.pt"   # versioned name
     assert cache.exists(), "a full load should write the cache"
     assert not list(empty_root.glob("*.tmp")), "no temporary file may be left behind"
     again = load_dataset("shapes", "test")                                       # from the cache
@@ -177,3 +177,15 @@ def test_bad_arguments_say_what_to_pass():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             load_dataset("digits", device="cuda")
+
+
+def test_shapes_v2_nuisances_are_bounded():
+    """v2 toned the nuisances down (issue 3): stripes and noise stay small next to the fg/bg
+    contrast, so within the shape's interior pixels stay close to one colour."""
+    assert data._SHAPES_VERSION >= 2
+    assert data._STRIPE_AMP_MAX <= 0.15 and data._NOISE_STD_MAX <= 0.03
+    g = torch.Generator().manual_seed(0)
+    coords = torch.linspace(-1, 1, 32)
+    yy, xx = torch.meshgrid(coords, coords, indexing="ij")
+    tex = data._stripes(g, 64, xx, yy)                                    # 64×32×32 in [1-amp, 1]
+    assert tex.max() <= 1 + 1e-6 and tex.min() >= 1 - data._STRIPE_AMP_MAX - 1e-6

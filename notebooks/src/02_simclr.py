@@ -42,13 +42,18 @@ from course_utils.train import fit
 
 cfg = config(
     SCALE,
-    ci=dict(image_size=16, width=8, batch=32, steps=3, lr=2e-3, temperature=0.5,
+    ci=dict(image_size=16, width=8, batch=32, steps=3, ablation_steps=3, lr=2e-3, temperature=0.2,
+            crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, min_probe_gain=None,
             ledger_batches=[8, 16, 32], sweep_batches=[16, 32], sweep_images=96,
             train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
-    default=dict(image_size=16, width=16, batch=128, steps=60, lr=2e-3, temperature=0.5,
+    default=dict(image_size=16, width=16, batch=128, steps=600, ablation_steps=200, lr=2e-3,
+                 temperature=0.2, crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
+                 min_probe_gain=0.15,              # measured +25 to +29 points at 700 steps
                  ledger_batches=[16, 32, 64, 128], sweep_batches=[32, 128], sweep_images=3840,
-                 train_limit=None, probe_train=2000, probe_test=1000, dataset="shapes"),
-    gpu=dict(image_size=32, width=64, batch=512, steps=3000, lr=2e-3, temperature=0.5,
+                 train_limit=5000, probe_train=2000, probe_test=1000, dataset="shapes"),
+    gpu=dict(image_size=32, width=64, batch=512, steps=3000, ablation_steps=3000, lr=2e-3,
+             temperature=0.2, crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False,
+             min_probe_gain=0.15,
              ledger_batches=[64, 128, 256, 512], sweep_batches=[128, 512], sweep_images=500_000,
              train_limit=None, probe_train=10000, probe_test=10000, dataset="cifar10"),
 )
@@ -58,7 +63,10 @@ train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=dev
 test = load_dataset(cfg.dataset, "test", image_size=cfg.image_size, device=device,
                     download=SCALE == "gpu", limit=cfg.probe_test)
 probe_train = train.subset(cfg.probe_train, seed=1)
-augment = SimCLRAugment(cfg.image_size)
+# On 16-px "shapes" small crops cut the shape away, and colour and orientation are pure nuisances
+# (random per image), so: larger crops, stronger colour jitter, random quarter turns.
+augment = SimCLRAugment(cfg.image_size, crop_scale=cfg.crop_scale, color_strength=cfg.color_strength,
+                        rotate=cfg.rotate)
 print(train, test, sep="\n")
 
 
@@ -211,7 +219,7 @@ assert acc["activation MB (peak)"] < 0.5 * one["activation MB (peak)"]
 # %%
 model = build_simclr()
 random_probe = probe_encoder(model.backbone, probe_train, test)
-opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=1e-4)
 gen = torch.Generator().manual_seed(cfg.seed)
 history = fit(simclr_step(model, opt, augment, gen), lambda e: train.batches(cfg.batch, generator=gen),
               steps=cfg.steps, desc="SimCLR")
@@ -222,17 +230,24 @@ plt.show()
 
 # %%
 losses = history.series("loss")
-if SCALE != "ci":
+probe_gain = trained_probe["linear"] - random_probe["linear"]
+print(f"linear probe gain over random init: {100 * probe_gain:+.1f} points")
+if cfg.min_probe_gain is not None:      # CI trains 3 steps: nothing to claim there
     assert losses[-1] < losses[0], "the contrastive loss must fall"
-print(f"linear probe gain over random init: {100 * (trained_probe['linear'] - random_probe['linear']):+.1f} points")
+    assert probe_gain >= cfg.min_probe_gain, \
+        f"SimCLR should beat its own random init by >= {100 * cfg.min_probe_gain:.0f} points"
+    assert trained_probe["knn"] > random_probe["knn"], "the kNN probe should agree"
 
 # %% [markdown]
-# Read the probe honestly. The contrastive loss falls quickly, but on two CPU cores a few minutes
-# of SimCLR are far from what contrastive learning needs (hundreds of epochs in the paper), and on
-# this data the images can also be told apart by their stripes and position, which says nothing
-# about the shape class. At this scale the probe gain over a random encoder is small or
-# absent; see benchmarks/results/objectives.json for the measured figure, and the gpu scale
-# (CIFAR-10, ResNet, thousands of steps) for a run long enough to separate the two.
+# Read the probe honestly. The assert is the claim this scale backs: on the embedded "shapes"
+# data (v2, whose stripes and noise were toned down so that the shape is the strongest
+# consistent signal at 16 px), a few CPU minutes of SimCLR beat the identical encoder at random
+# init by at least `min_probe_gain` on the linear probe, and the kNN probe agrees. The
+# augmentation matters as much as the steps: with the paper's small crops (scale 0.2-1) a 16-px
+# crop often cuts the shape away, and the shapes' random colour and rotation are nuisances, so
+# the views here use crops of 60-100%, stronger colour jitter and random quarter turns. The
+# printed gain is what was reached; the paper trains for hundreds of epochs, and the gpu scale
+# (CIFAR-10, ResNet, thousands of steps) is the run for claims about representation quality.
 
 # %% [markdown]
 # ### Experiment: the batch-size sweep (memory and probe)
@@ -297,7 +312,9 @@ assert shares[-1] > 0.1 - 1e-6
 #
 # In "shapes" each image has its own random colours, independent of the class. Two crops of one
 # image share their colour histogram, so without colour jitter the contrastive task can be solved
-# by colour alone. Same training, `SimCLRAugment(color=False)`:
+# by colour alone. Same augmentation without the colour steps (`color=False`), trained for
+# `ablation_steps` steps (fewer than the main run, to fit the time budget); its loss is compared
+# with the main run's loss at the same step:
 
 # %%
 def colour_r2(encoder):
@@ -316,12 +333,16 @@ def colour_r2(encoder):
 no_colour = build_simclr()
 o = torch.optim.Adam(no_colour.parameters(), lr=cfg.lr)
 gen = torch.Generator().manual_seed(cfg.seed)
-history_nc = fit(simclr_step(no_colour, o, SimCLRAugment(cfg.image_size, color=False), gen),
-                 lambda e: train.batches(cfg.batch, generator=gen), steps=cfg.steps, desc="SimCLR, no colour")
+no_colour_augment = SimCLRAugment(cfg.image_size, crop_scale=cfg.crop_scale, color=False, rotate=cfg.rotate)
+history_nc = fit(simclr_step(no_colour, o, no_colour_augment, gen),
+                 lambda e: train.batches(cfg.batch, generator=gen), steps=cfg.ablation_steps,
+                 desc="SimCLR, no colour")
+at = min(cfg.ablation_steps, len(losses))                  # compare losses at the same step
+loss_nc = history_nc.series("loss")
 colour_rows = [
-    {"augmentation": "with colour jitter", "final loss": sum(losses[-3:]) / len(losses[-3:]),
+    {"augmentation": "with colour jitter", f"loss at step {at}": sum(losses[at - 3:at]) / len(losses[at - 3:at]),
      "colour R² of features": colour_r2(model.backbone), **trained_probe},
-    {"augmentation": "no colour distortion", "final loss": sum(history_nc.series("loss")[-3:]) / len(history_nc.series("loss")[-3:]),
+    {"augmentation": "no colour distortion", f"loss at step {at}": sum(loss_nc[-3:]) / len(loss_nc[-3:]),
      "colour R² of features": colour_r2(no_colour.backbone), **probe_encoder(no_colour.backbone, probe_train, test)},
 ]
 show_table(colour_rows)
@@ -329,7 +350,7 @@ show_table(colour_rows)
 # %%
 with_c, without_c = colour_rows
 if SCALE != "ci":
-    assert without_c["final loss"] < with_c["final loss"] - 0.3, "the shortcut makes the task easy"
+    assert without_c[f"loss at step {at}"] < with_c[f"loss at step {at}"] - 0.3, "the shortcut makes the task easy"
     assert without_c["colour R² of features"] > with_c["colour R² of features"], "and the features keep colour"
 
 # %% [markdown]
@@ -455,5 +476,5 @@ headline(
     accumulation_loss_gap=one["loss"] - acc["loss"],
     probe_random_init=random_probe["linear"],
     probe_simclr=trained_probe["linear"],
-    colour_shortcut_loss_gap=with_c["final loss"] - without_c["final loss"],
+    colour_shortcut_loss_gap=with_c[f"loss at step {at}"] - without_c[f"loss at step {at}"],
 )

@@ -44,12 +44,16 @@ from course_utils.train import Callback, fit
 
 cfg = config(
     SCALE,
-    ci=dict(image_size=16, width=8, batch=16, queue=64, dim=32, steps=6, lr=2e-3, temperature=0.2,
+    ci=dict(image_size=16, width=8, batch=16, queue=64, dim=32, steps=6, stale_steps=6, lr=2e-3,
+            temperature=0.2, crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, min_probe_gain=None,
             train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
-    default=dict(image_size=16, width=16, batch=64, queue=1024, dim=64, steps=60, lr=2e-3,
-                 temperature=0.2, train_limit=None, probe_train=2000, probe_test=1000, dataset="shapes"),
-    gpu=dict(image_size=32, width=64, batch=256, queue=16384, dim=128, steps=3000, lr=2e-3,
-             temperature=0.2, train_limit=None, probe_train=10000, probe_test=10000, dataset="cifar10"),
+    default=dict(image_size=16, width=16, batch=128, queue=1024, dim=64, steps=600,
+                 stale_steps=100, lr=2e-3, temperature=0.2, crop_scale=(0.6, 1.0), color_strength=1.0,
+                 rotate=True, min_probe_gain=0.03,   # measured +5.5 points (600 steps)
+                 train_limit=5000, probe_train=2000, probe_test=1000, dataset="shapes"),
+    gpu=dict(image_size=32, width=64, batch=256, queue=16384, dim=128, steps=3000, stale_steps=3000,
+             lr=2e-3, temperature=0.2, crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False,
+             min_probe_gain=0.15, train_limit=None, probe_train=10000, probe_test=10000, dataset="cifar10"),
 )
 device = setup(SCALE, seed=cfg.seed)
 train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=device,
@@ -57,7 +61,9 @@ train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=dev
 test = load_dataset(cfg.dataset, "test", image_size=cfg.image_size, device=device,
                     download=SCALE == "gpu", limit=cfg.probe_test)
 probe_train = train.subset(cfg.probe_train, seed=1)
-augment = SimCLRAugment(cfg.image_size)
+# as in lesson 02: on 16-px "shapes" large crops, strong colour jitter and random quarter turns
+augment = SimCLRAugment(cfg.image_size, crop_scale=cfg.crop_scale, color_strength=cfg.color_strength,
+                        rotate=cfg.rotate)
 print(train, test, sep="\n")
 
 
@@ -215,11 +221,12 @@ runs = {}
 fixed = test.images[:64]
 for m in (0.99, 0.0):
     mm = build_moco(momentum=m)
-    o = torch.optim.Adam(mm.query_encoder.parameters(), lr=cfg.lr)
+    o = torch.optim.AdamW(mm.query_encoder.parameters(), lr=cfg.lr, weight_decay=1e-4)
     gg = torch.Generator().manual_seed(cfg.seed)
     snaps = KeySnapshots(mm, fixed)
+    # the m=0 run only has to show staleness (keys live K/B steps), so it is shorter
     h = fit(moco_step(mm, o, augment, gg), lambda e: indexed_batches(train, cfg.batch, gg),
-            steps=cfg.steps, callbacks=[snaps], desc=f"MoCo m={m}")
+            steps=cfg.steps if m else cfg.stale_steps, callbacks=[snaps], desc=f"MoCo m={m}")
     runs[m] = dict(model=mm, history=h, ages=mm.queue.ages()[mm.queue.filled()].cpu(), drift=snaps.drift())
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 3))
@@ -243,7 +250,7 @@ show_table(staleness)
 # %%
 # NBVAL_CHECK_OUTPUT
 slow, fast = staleness
-expected_max_age = min(cfg.steps, math.ceil(cfg.queue / cfg.batch))
+expected_max_age = min(cfg.steps, cfg.stale_steps, math.ceil(cfg.queue / cfg.batch))
 assert slow["max age in queue"] == fast["max age in queue"] == expected_max_age, "a key lives K/B steps"
 assert fast["cos at max age"] < slow["cos at max age"], "m=0: old keys no longer match today's encoder"
 assert fast["cos at max age"] < fast["cos at age 1"], "keys go stale with age"
@@ -263,11 +270,25 @@ assert fast["cos at max age"] < fast["cos at age 1"], "keys go stale with age"
 random_probe = probe_encoder(build_moco().query_encoder[0], probe_train, test)
 probes = {m: probe_encoder(r["model"].query_encoder[0], probe_train, test) for m, r in runs.items()}
 show_table([{"encoder": "random init", **random_probe}] +
-           [{"encoder": f"MoCo m={m}, {cfg.steps} steps", **p} for m, p in probes.items()])
+           [{"encoder": f"MoCo m={m}, {runs[m]['history'].series('step')[-1]} steps", **p}
+            for m, p in probes.items()])
+moco_gain = probes[0.99]["linear"] - random_probe["linear"]
+print(f"linear probe gain of MoCo (m=0.99) over random init: {100 * moco_gain:+.1f} points")
+
+# %%
+if cfg.min_probe_gain is not None:      # CI trains 6 steps: nothing to claim there
+    assert moco_gain >= cfg.min_probe_gain, \
+        f"MoCo should beat its own random init by >= {100 * cfg.min_probe_gain:.0f} points"
 
 # %% [markdown]
-# As in lesson 02, a few CPU minutes of contrastive training do not separate from a random encoder
-# on this data by much; the measured gain is in benchmarks/results/objectives.json.
+# The assert above is the claim this scale can back: MoCo (m = 0.99) beats the same encoder at
+# random init by at least `min_probe_gain` on the linear probe (CI trains too few steps to claim
+# anything). That is a small gain: in the same few CPU minutes SimCLR (lesson 02) gains far more
+# (about +29 points). Per step MoCo back-propagates B images against SimCLR's 2B views, its loss
+# is one-directional, and its queue starts as random vectors and then holds keys from a lagging
+# encoder, so on a short run it learns more slowly; lowering the momentum (0.9, 0.95) did not fix
+# that here. The benchmark (benchmarks/results/objectives.json) records the measured gain. The m = 0 run is shorter (`stale_steps`) and
+# is shown for staleness, not compared on the probe.
 
 # %% [markdown]
 # ## The boundary
@@ -314,7 +335,7 @@ def my_enqueue(keys_buffer, ptr, new_keys):
 
 # %%
 _buf, _ref = torch.zeros(5, 2), FeatureQueue(5, 2)
-_ref.keys.zero_()
+_ = _ref.keys.zero_()
 _p = 0
 for _i in range(4):
     _new = torch.full((2, 2), float(_i + 1))
@@ -328,7 +349,7 @@ assert torch.equal(_buf, _ref.keys), "rows past the end wrap around to the start
 hidden: true
 """ # END TEST CONFIG
 _buf, _ref = torch.zeros(7, 3), FeatureQueue(7, 3)
-_ref.keys.zero_()
+_ = _ref.keys.zero_()
 _p = 0
 for _i in range(6):
     _new = torch.randn(3, 3)

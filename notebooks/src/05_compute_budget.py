@@ -47,7 +47,7 @@ cfg = config(
     ci=dict(image_size=16, width=8, vit_dim=32, batch=16, budget_gflops=2.0, train_limit=512,
             probe_train=256, probe_test=256, alloc_budget_mflops=200, alloc_widths=[8, 64],
             dataset="shapes"),
-    default=dict(image_size=16, width=16, vit_dim=64, batch=64, budget_gflops=150.0, train_limit=None,
+    default=dict(image_size=16, width=16, vit_dim=64, batch=64, budget_gflops=30.0, train_limit=None,
                  probe_train=2000, probe_test=1000, alloc_budget_mflops=5_000,
                  alloc_widths=[8, 32, 128, 512, 2048, 8192], dataset="shapes"),
     gpu=dict(image_size=32, width=64, vit_dim=192, batch=256, budget_gflops=200_000.0, train_limit=None,
@@ -60,7 +60,10 @@ train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=dev
 test = load_dataset(cfg.dataset, "test", image_size=cfg.image_size, device=device,
                     download=SCALE == "gpu", limit=cfg.probe_test)
 probe_train = train.subset(cfg.probe_train, seed=1)
-augment = SimCLRAugment(cfg.image_size)
+# the contrastive augmentation of lessons 02-03 on "shapes" (large crops, strong colour, quarter
+# turns); the gpu scale keeps SimCLR's CIFAR recipe
+augment = (SimCLRAugment(cfg.image_size) if SCALE == "gpu" else
+           SimCLRAugment(cfg.image_size, crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True))
 num_classes = len(train.classes)
 
 # %% [markdown]
@@ -308,6 +311,16 @@ if SCALE != "ci":
 
 # %% [markdown]
 # ## Exercises
+#
+# The tests measure FLOPs with this helper.
+
+# %%
+def _measured(batch, d, h, c):
+    net = MLP(d, h, c, layers=2)
+    xx, yy = torch.rand(batch, d), torch.randint(0, c, (batch,))
+    return measure(lambda: F.cross_entropy(net(xx), yy).backward(), model=net).flops
+
+
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -376,11 +389,6 @@ def mlp_step_flops(batch, d, h, c):
 # # BEGIN TESTS
 
 # %%
-def _measured(batch, d, h, c):
-    net = MLP(d, h, c, layers=2)
-    xx, yy = torch.rand(batch, d), torch.randint(0, c, (batch,))
-    return measure(lambda: F.cross_entropy(net(xx), yy).backward(), model=net).flops
-
 
 assert mlp_step_flops(4, 10, 8, 3) == _measured(4, 10, 8, 3), \
     "forward 2 FLOPs per weight per sample; backward 4 for the second layer, 2 for the first"

@@ -13,6 +13,8 @@ Both are deterministic and fast on CPU (10k × 256 features: about a second).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -82,6 +84,18 @@ def _images_and_labels(ds, what: str):
 # --------------------------------------------------------------------------------------------
 
 
+@contextmanager
+def _eval_mode(module: nn.Module):
+    """Eval mode for the block; every submodule's own train/eval flag is restored after."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield module
+    finally:
+        for m, was_training in modes:
+            m.training = was_training
+
+
 def _module_device(module: nn.Module) -> torch.device:
     for tensor in list(module.parameters()) + list(module.buffers()):
         return tensor.device
@@ -109,21 +123,15 @@ def extract_features(encoder: nn.Module, images: torch.Tensor, *, batch_size: in
     if images.shape[0] == 0:
         raise ValueError("extract_features got zero images")
 
-    modes = [(m, m.training) for m in encoder.modules()]
     device = _module_device(encoder)
-    encoder.eval()
     chunks = []
-    try:
-        with torch.no_grad():
-            for start in range(0, images.shape[0], batch_size):
-                batch = images[start : start + batch_size].to(device, non_blocking=True)
-                feats = encoder(batch)
-                if feats.dim() != 2:
-                    feats = feats.flatten(1)  # e.g. a model that returns B×D×1×1
-                chunks.append(feats.float().cpu())
-    finally:
-        for module, was_training in modes:
-            module.training = was_training
+    with _eval_mode(encoder), torch.no_grad():
+        for start in range(0, images.shape[0], batch_size):
+            batch = images[start : start + batch_size].to(device, non_blocking=True)
+            feats = encoder(batch)
+            if feats.dim() != 2:
+                feats = feats.flatten(1)  # e.g. a model that returns B×D×1×1
+            chunks.append(feats.float().cpu())
     return torch.cat(chunks)  # N×D
 
 
@@ -285,15 +293,10 @@ def classification_accuracy(model: nn.Module, dataset, *, batch_size: int = 512)
     images, labels = _images_and_labels(dataset, "dataset")
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        device = _module_device(model)
-        correct = 0
+    device = _module_device(model)
+    correct = 0
+    with _eval_mode(model):
         for i in range(0, len(images), batch_size):
             logits = model(images[i:i + batch_size].to(device))
             correct += (logits.argmax(dim=1).cpu() == labels[i:i + batch_size].cpu()).sum().item()
-    finally:
-        for m, mode in modes:
-            m.train(mode)
     return correct / len(images)

@@ -216,16 +216,20 @@ def _check_module(name, obj, kind=nn.Module):
 
 def capture_training_state(*, model: nn.Module, optimizer=None, scheduler=None, scaler=None,
                            train_state=None, data=None, caches: dict | None = None,
-                           extra: dict | None = None) -> dict:
+                           callbacks: dict | None = None, extra: dict | None = None) -> dict:
     """Everything needed to continue a run, as a dict ``save`` can write.
 
     ``train_state``: a ``course_utils.train.TrainState`` (step, epoch, batch_index, history);
     ``data``: an ``EpochBatches`` (its seed/batch size, checked on resume); ``caches``: name ->
     nn.Module whose buffers persist across steps (a MoCo ``FeatureQueue``: keys and ptr), or a
-    tensor; ``extra``: plain values of your own.
+    tensor; ``callbacks``: name -> ``course_utils.train.Callback`` whose counters must survive
+    (an ``EarlyStopping``'s best value and patience count, an ``EvalEvery``'s last step), so a
+    resumed run stops and evaluates where the uninterrupted one would; ``extra``: plain values of
+    your own.
     """
     _check_module("model", model)
     caches = caches or {}
+    callbacks = callbacks or {}
     state = {
         "kind": "training_state",
         "model": model.state_dict(),
@@ -237,8 +241,14 @@ def capture_training_state(*, model: nn.Module, optimizer=None, scheduler=None, 
         "history": train_state.history.state_dict() if train_state is not None else None,
         "data": data.state_dict() if data is not None else None,
         "caches": {},
+        "callbacks": {},
         "extra": dict(extra or {}),
     }
+    for name, cb in callbacks.items():
+        if not callable(getattr(cb, "state_dict", None)):
+            raise TypeError(f"callbacks[{name!r}] must have state_dict() (a course_utils.train.Callback), "
+                            f"got {type(cb).__name__}")
+        state["callbacks"][name] = cb.state_dict()
     for name, cache in caches.items():
         if isinstance(cache, nn.Module):
             state["caches"][name] = cache.state_dict()
@@ -250,7 +260,8 @@ def capture_training_state(*, model: nn.Module, optimizer=None, scheduler=None, 
 
 
 def restore_training_state(state: dict, *, model: nn.Module, optimizer=None, scheduler=None,
-                           scaler=None, data=None, caches: dict | None = None, restore_rng: bool = True):
+                           scaler=None, data=None, caches: dict | None = None,
+                           callbacks: dict | None = None, restore_rng: bool = True):
     """Resume: load every piece ``capture_training_state`` stored into the live objects and
     return a ``course_utils.train.TrainState`` to pass to ``fit(..., state=...)``.
 
@@ -283,6 +294,16 @@ def restore_training_state(state: dict, *, model: nn.Module, optimizer=None, sch
             cache.load_state_dict(state["caches"][name])
         else:
             cache.copy_(state["caches"][name])
+    callbacks = callbacks or {}
+    saved_callbacks = state.get("callbacks", {})   # checkpoints written before callbacks were stored
+    missing = set(saved_callbacks) - set(callbacks)
+    if missing:
+        raise ValueError(f"the checkpoint holds callback state {sorted(missing)} but those callbacks were "
+                         "not passed; pass callbacks={name: callback} to resume exactly")
+    for name, cb in callbacks.items():
+        if name not in saved_callbacks:
+            raise ValueError(f"callback {name!r} is not in the checkpoint (it has {sorted(saved_callbacks)})")
+        cb.load_state_dict(saved_callbacks[name])
     if data is not None and state["data"] is not None:
         data.check_state_dict(state["data"])
     if restore_rng:

@@ -236,3 +236,79 @@ def test_moco_resume_needs_the_queue(tmp_path):
     without_queue = _moco_resume(tmp_path, keep_queue=False)
     assert torch.equal(with_queue, net.q.weight), "with its queue the MoCo run resumes exactly"
     assert (without_queue - net.q.weight).abs().max() > 1e-4, "without the queue it diverges"
+
+
+# --------------------------------------------------------------------------- callbacks are state
+SCORES = [0.5, 0.9, 0.7, 0.6, 0.8, 0.6, 0.5, 0.4]   # best at the 2nd eval (step 4), then 3 worse
+
+
+def _early_stopping_run(tmp_path=None, resume_with_callbacks=True):
+    """Train with EvalEvery(2) + EarlyStopping(patience 3, restores the best weights). The score is
+    scripted by eval count so the best eval (step 4) falls before the checkpoint (step 6) and the
+    stop (step 10) after it. Returns (final weights, history, stop step)."""
+    from course_utils.train import EarlyStopping, EvalEvery, TrainState
+    seed_everything(0)
+    model, opt, sched, data, step = _run()
+    ts = TrainState()
+    evaluate = lambda: {"score": SCORES[len(ts.history.evals)]}
+    stopper = EarlyStopping("score", mode="max", patience=3, model=model)
+    callbacks = [EvalEvery(2, evaluate, at_end=False), stopper]
+    if tmp_path is None:
+        fit(step, data, steps=20, callbacks=callbacks, state=ts, progress=False)
+        return [p.detach().clone() for p in model.parameters()], ts.history, ts.step
+    save = CheckpointEvery(6, lambda st: ck.save(tmp_path / "es.pt", ck.capture_training_state(
+        model=model, optimizer=opt, scheduler=sched, train_state=st, data=data,
+        callbacks={"eval": callbacks[0], "early_stop": stopper})))
+    fit(step, data, steps=6, callbacks=callbacks + [save], state=ts, progress=False)
+
+    seed_everything(123)
+    model, opt, sched, data, step = _run(model_seed=7)
+    evaluate2 = lambda: {"score": SCORES[len(ts2.history.evals)]}
+    stopper2 = EarlyStopping("score", mode="max", patience=3, model=model)
+    eval2 = EvalEvery(2, evaluate2, at_end=False)
+    if resume_with_callbacks:
+        ts2 = ck.restore_training_state(ck.load(tmp_path / "es.pt"), model=model, optimizer=opt,
+                                        scheduler=sched, data=data,
+                                        callbacks={"eval": eval2, "early_stop": stopper2})
+    else:
+        ts2 = _restore_dropping_callbacks(tmp_path / "es.pt", model, opt, sched, data)
+    fit(step, data, steps=20, callbacks=[eval2, stopper2], state=ts2, progress=False)
+    return [p.detach().clone() for p in model.parameters()], ts2.history, ts2.step
+
+
+def _restore_dropping_callbacks(path, model, opt, sched, data):
+    state = ck.load(path)
+    state["callbacks"] = {}          # what a checkpoint without callback state would hold
+    return ck.restore_training_state(state, model=model, optimizer=opt, scheduler=sched, data=data)
+
+
+def test_resume_keeps_early_stopping_state(tmp_path):
+    weights, history, stopped_at = _early_stopping_run()
+    assert stopped_at == 10 and [e["step"] for e in history.evals] == [2, 4, 6, 8, 10]
+    r_weights, r_history, r_stopped_at = _early_stopping_run(tmp_path)
+    assert r_stopped_at == stopped_at and r_history.evals == history.evals
+    assert r_history.series("loss") == history.series("loss")
+    assert all(torch.equal(a, b) for a, b in zip(weights, r_weights)), \
+        "the best weights (step 4) were saved with the callback and restored at the stop"
+    d_weights, _, d_stopped_at = _early_stopping_run(tmp_path, resume_with_callbacks=False)
+    assert d_stopped_at == stopped_at          # the history alone still says when to stop ...
+    assert not all(torch.equal(a, b) for a, b in zip(weights, d_weights)), \
+        "... but without its state the callback restores the wrong 'best' weights"
+
+
+def test_restore_refuses_to_drop_callback_state(tmp_path):
+    from course_utils.train import EvalEvery
+    seed_everything(0)
+    model, opt, sched, data, step = _run()
+    cb = EvalEvery(2, lambda: {"x": 1.0})
+    state = ck.capture_training_state(model=model, optimizer=opt, scheduler=sched, data=data,
+                                      callbacks={"eval": cb})
+    ck.save(tmp_path / "c.pt", state)
+    with pytest.raises(ValueError, match="callback state"):
+        ck.restore_training_state(ck.load(tmp_path / "c.pt"), model=model, optimizer=opt,
+                                  scheduler=sched, data=data)
+    with pytest.raises(ValueError, match="not in the checkpoint"):
+        ck.restore_training_state(ck.load(tmp_path / "c.pt"), model=model, optimizer=opt, scheduler=sched,
+                                  data=data, callbacks={"eval": cb, "other": EvalEvery(3, lambda: {})})
+    with pytest.raises(TypeError, match="state_dict"):
+        ck.capture_training_state(model=model, callbacks={"eval": object()})

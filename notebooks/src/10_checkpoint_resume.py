@@ -110,6 +110,7 @@ print(f"straight run: {cfg.steps} steps, final loss {straight.last('loss'):.4f},
 # | data position | epoch, batch index, and the shuffling seed: which batch comes next |
 # | step counter + history | for the schedule, logging and callbacks |
 # | objective caches | MoCo's queue of keys and its pointer; any other buffer that persists |
+# | callback state | an `EarlyStopping`'s best score, patience count and best weights (`callbacks={...}`) |
 #
 # `ck.capture_training_state(...)` gathers these into plain tensors, numbers and dicts (NumPy's RNG
 # as a tensor plus ints) so that `torch.load(weights_only=True)` — which refuses to run arbitrary
@@ -336,8 +337,9 @@ assert final_acc == max(es_hist.series("val_acc", evals=True))
 # - **Bitwise** resume needs the same code, library versions, device and thread count; on GPUs
 #   some kernels are non-deterministic, so expect agreement to ~1e-6, not bit for bit.
 # - The checkpoint covers what you hand it. A cache you forget (a queue, an EMA teacher, a memory
-#   bank), a data loader with worker processes holding their own RNG, or callback state (the
-#   early-stopping counter here) are silently lost — the MoCo example shows the cost.
+#   bank), a data loader with worker processes holding their own RNG, or a callback you leave out
+#   of `callbacks={...}` (an early stopper's best weights) are lost — the MoCo example shows the
+#   cost. What the checkpoint holds and you do not pass back on resume raises instead.
 # - Atomic rename protects against a crash *during* a save on one file system; it is not a backup.
 #   Keeping the last k files on the same disk does not survive losing the disk.
 # - `weights_only=True` makes loading safe from code execution, not from wrong content; the CRC

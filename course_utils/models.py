@@ -456,13 +456,18 @@ class ProjectionHead(nn.Module):
 # Factory and counting
 # --------------------------------------------------------------------------------------------
 
-ENCODERS = ("resnet", "vit")
+ENCODERS = ("resnet", "resnet18", "vit")
+# The CIFAR ResNet-18 of the SSL literature (3×3 stem, no max-pool, 64-128-256-512, two blocks
+# per stage): 11.17 M parameters without a classifier, 512 features.
+RESNET18 = dict(width=64, blocks=(2, 2, 2, 2))
 
 
 def build_encoder(name: str, image_size: int, in_channels: int = 3, **kwargs) -> nn.Module:
     """Build an encoder (num_classes=0 unless given) for images of `image_size` px.
 
     name="resnet" -> SmallResNet(in_channels=..., **kwargs) (any image_size >= 8).
+    name="resnet18" -> SmallResNet(width=64, blocks=(2, 2, 2, 2)): the CIFAR ResNet-18 of the
+                     SSL literature (the gpu presets); kwargs may set num_classes.
     name="vit"    -> ViT(image_size=..., in_channels=..., **kwargs); patch_size defaults to
                      image_size // 8 (an 8×8 grid, 64 tokens) when that divides image_size.
     """
@@ -471,6 +476,12 @@ def build_encoder(name: str, image_size: int, in_channels: int = 3, **kwargs) ->
     _check_positive_int("image_size", image_size)
     _check_positive_int("in_channels", in_channels)
     name = name.lower()
+    if name == "resnet18":
+        clash = set(kwargs) & set(RESNET18)
+        if clash:
+            raise ValueError(f"resnet18 fixes {sorted(clash)}; use name='resnet' to choose them")
+        kwargs = {**RESNET18, **kwargs}
+        name = "resnet"
     if name == "resnet":
         if image_size < MIN_RESNET_IMAGE_SIZE:
             raise ValueError(

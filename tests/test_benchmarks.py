@@ -17,3 +17,34 @@ def test_ledger_benchmark_quick():
     result = load("bench_ledger").run(quick=True)
     assert result["summary"]["configurations"] >= 8
     assert result["summary"]["worst_abs(ratio-1)"] == 0.0
+
+
+def test_gpu_preset_script_runs_its_smoke_mode(tmp_path):
+    import json
+    import math
+    bench = load("gpu_simclr_cifar10")
+    out = tmp_path / "smoke.json"
+    assert bench.main(["--smoke", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    steps_per_epoch = result["config"]["train_limit"] // result["config"]["batch"]
+    assert result["steps"] == result["config"]["epochs"] * steps_per_epoch
+    assert math.isfinite(result["final_loss"]) and 0.0 <= result["knn_top1"] <= 1.0
+    assert [c["epoch"] for c in result["knn_curve"]] == list(range(1, result["config"]["epochs"] + 1))
+    assert result["images_per_s"] > 0 and result["target_met"] is False
+
+
+def test_gpu_preset_script_stops_at_its_time_limit():
+    import torch
+    bench = load("gpu_simclr_cifar10")
+    cfg = dict(bench.SMOKE, epochs=50, minutes=1e-6)
+    result = bench.run(cfg, torch.device("cpu"))
+    assert result["steps"] == 1, "the time limit is checked after every step"
+
+
+def test_gpu_preset_script_without_cuda_says_what_to_do(capsys):
+    import pytest
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert load("gpu_simclr_cifar10").main([]) == 2
+    assert "--smoke" in capsys.readouterr().err

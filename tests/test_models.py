@@ -241,3 +241,15 @@ def test_models_run_on_cuda():
     for model, size in [(SmallResNet(width=8), 32), (ViT(dim=32, depth=1), 32)]:
         model = model.cuda()
         assert model(torch.rand(2, 3, size, size, device="cuda")).device.type == "cuda"
+
+
+def test_resnet18_is_the_cifar_resnet18():
+    net = build_encoder("resnet18", 32)
+    assert net.feature_dim == 512 and net.blocks == (2, 2, 2, 2)
+    # torchvision's resnet18 has 11 689 512 parameters; the CIFAR variant swaps the 7×7 stem
+    # (9 408 weights) for a 3×3 one (1 728) and drops the 1000-way classifier (513 000)
+    assert count_parameters(net) == 11_689_512 - 9_408 + 1_728 - 513_000
+    assert net(torch.randn(2, 3, 32, 32)).shape == (2, 512)
+    assert build_encoder("resnet18", 32, num_classes=10)(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    with pytest.raises(ValueError, match="resnet18 fixes"):
+        build_encoder("resnet18", 32, width=8)

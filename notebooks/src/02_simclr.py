@@ -42,16 +42,19 @@ from course_utils.train import fit
 
 cfg = config(
     SCALE,
-    ci=dict(image_size=16, width=8, batch=32, steps=3, ablation_steps=3, lr=2e-3, temperature=0.2,
+    ci=dict(image_size=16, width=8, blocks=(1, 1, 1),
+            batch=32, steps=3, ablation_steps=3, lr=2e-3, temperature=0.2,
             crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, min_probe_gain=None,
             ledger_batches=[8, 16, 32], sweep_batches=[16, 32], sweep_images=96,
             train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
-    default=dict(image_size=16, width=16, batch=128, steps=600, ablation_steps=200, lr=2e-3,
+    default=dict(image_size=16, width=16, blocks=(1, 1, 1),
+                 batch=128, steps=600, ablation_steps=200, lr=2e-3,
                  temperature=0.2, crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
                  min_probe_gain=0.15,              # measured +25 to +29 points at 700 steps
                  ledger_batches=[16, 32, 64, 128], sweep_batches=[32, 128], sweep_images=3840,
                  train_limit=5000, probe_train=2000, probe_test=1000, dataset="shapes"),
-    gpu=dict(image_size=32, width=64, batch=512, steps=3000, ablation_steps=3000, lr=2e-3,
+    gpu=dict(image_size=32, width=64, blocks=(2, 2, 2, 2),  # CIFAR ResNet-18
+             batch=512, steps=3000, ablation_steps=3000, lr=2e-3,
              temperature=0.2, crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False,
              min_probe_gain=0.15,
              ledger_batches=[64, 128, 256, 512], sweep_batches=[128, 512], sweep_images=500_000,
@@ -72,7 +75,7 @@ print(train, test, sep="\n")
 
 def build_simclr(width=cfg.width, temperature=cfg.temperature, seed=cfg.seed):
     torch.manual_seed(seed)
-    backbone = SmallResNet(width=width)
+    backbone = SmallResNet(width=width, blocks=cfg.blocks)
     return SimCLR(backbone, ProjectionHead(backbone.feature_dim, 128, 64), temperature).to(device)
 
 # %% [markdown]

@@ -36,12 +36,12 @@ sys.path.insert(0, str(ROOT))
 
 from course_utils.augment import SimCLRAugment  # noqa: E402
 from course_utils.data import load_dataset  # noqa: E402
-from course_utils.evaluate import extract_features, knn_accuracy  # noqa: E402
+from course_utils.evaluate import knn_probe  # noqa: E402
 from course_utils.models import ProjectionHead, build_encoder  # noqa: E402
 from course_utils.objectives.simclr import SimCLR  # noqa: E402
 from course_utils.objectives.steps import simclr_step  # noqa: E402
 from course_utils.runtime import seed_everything  # noqa: E402
-from course_utils.train import Callback, fit  # noqa: E402
+from course_utils.train import Callback, EvalEvery, fit  # noqa: E402
 
 RESULT = ROOT / "benchmarks" / "results" / "gpu_simclr_cifar10.json"
 FULL = dict(dataset="cifar10", image_size=32, encoder="resnet18", batch=512, epochs=150, minutes=15.0,
@@ -87,30 +87,6 @@ class TrainingClock:
         return self.total + running
 
 
-def knn_eval(backbone, train, test, k):
-    feats_train = extract_features(backbone, train.images, batch_size=1024)
-    feats_test = extract_features(backbone, test.images, batch_size=1024)
-    return knn_accuracy(feats_train, train.labels.cpu(), feats_test, test.labels.cpu(),
-                        k=min(k, len(train)), temperature=0.1)
-
-
-class KnnEvery(Callback):
-    """kNN accuracy at the end of every `every` epochs, with the training clock paused."""
-
-    def __init__(self, every, backbone, train, test, k, clock):
-        self.every, self.backbone, self.train, self.test, self.k, self.clock = every, backbone, train, test, k, clock
-        self.curve = []
-
-    def on_epoch_end(self, state):
-        if state.epoch % self.every == 0:
-            self.clock.pause()
-            self.curve.append({"epoch": state.epoch, "knn": knn_eval(self.backbone, self.train, self.test, self.k),
-                               "training_minutes": self.clock.training_seconds() / 60})
-            print(f"epoch {state.epoch}: kNN {self.curve[-1]['knn']:.4f} after "
-                  f"{self.curve[-1]['training_minutes']:.1f} min", flush=True)
-            self.clock.start()
-
-
 def cosine_with_warmup(optimizer, warmup_steps: int, total_steps: int):
     def factor(step):
         if step < warmup_steps:
@@ -153,23 +129,32 @@ def run(cfg: dict, device: torch.device, download: bool = False) -> dict:
         return out
 
     clock = TrainingClock(device)
-    knn_cb = KnnEvery(cfg["eval_every_epochs"], backbone, train, test, cfg["knn_k"], clock)
-    callbacks = [TimeLimit(cfg["minutes"] * 60, clock), knn_cb]
+
+    def knn_with_clock_paused():
+        clock.pause()
+        knn = knn_probe(backbone, train, test, k=cfg["knn_k"], batch_size=1024)
+        print(f"kNN {knn:.4f} after {clock.training_seconds() / 60:.1f} min of training", flush=True)
+        clock.start()
+        return {"knn": knn, "training_minutes": clock.training_seconds() / 60}
+
+    # every eval_every_epochs epochs, and once more when training ends (step count or time limit)
+    evaluator = EvalEvery(steps_per_epoch * cfg["eval_every_epochs"], knn_with_clock_paused, at_end=True)
+    callbacks = [TimeLimit(cfg["minutes"] * 60, clock), evaluator]
     clock.start()
     history = fit(step, lambda epoch: train.batches(cfg["batch"], generator=generator),
                   steps=total_steps, callbacks=callbacks, desc="SimCLR ResNet-18 CIFAR-10")
     clock.pause()
     seconds = clock.training_seconds()
     steps_done = len(history.records)
-    final_knn = knn_eval(backbone, train, test, cfg["knn_k"])
-    # the loop ends on its step count before the last epoch-end hook, so the final point is here
-    knn_cb.curve.append({"epoch": steps_done / steps_per_epoch, "knn": final_knn, "training_minutes": seconds / 60})
+    curve = [{"epoch": e["step"] / steps_per_epoch, "knn": e["knn"], "training_minutes": e["training_minutes"]}
+             for e in history.evals]
+    final_knn = curve[-1]["knn"]
     losses = history.series("loss")
     return {"config": cfg, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
             "torch": torch.__version__, "steps": steps_done, "epochs": steps_done / steps_per_epoch,
             "training_minutes": seconds / 60, "images_per_s": steps_done * cfg["batch"] / seconds,
             "views_per_s": 2 * steps_done * cfg["batch"] / seconds, "final_loss": losses[-1],
-            "knn_top1": final_knn, "knn_curve": knn_cb.curve,
+            "knn_top1": final_knn, "knn_curve": curve,
             "target": {"knn_top1": 0.80, "training_minutes": 15.0},
             "target_met": bool(final_knn >= 0.80 and seconds <= 15 * 60 + 1)}
 

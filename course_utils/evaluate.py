@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["extract_features", "linear_probe", "knn_accuracy", "probe_encoder"]
+__all__ = ["extract_features", "linear_probe", "knn_accuracy", "knn_probe", "probe_encoder"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -281,6 +281,18 @@ def probe_encoder(
         "knn": knn_accuracy(train_feats, train_labels, test_feats, test_labels,
                             k=min(k, train_feats.shape[0]), temperature=temperature),
     }
+
+
+def knn_probe(encoder: nn.Module, train_ds, test_ds, *, k: int = 20, temperature: float = 0.1,
+              batch_size: int = 256) -> float:
+    """kNN accuracy of frozen encoder features alone: cheap enough to watch during training
+    (probe_encoder adds the linear probe on the same features). k is capped at the train size."""
+    train_images, train_labels = _images_and_labels(train_ds, "train_ds")
+    test_images, test_labels = _images_and_labels(test_ds, "test_ds")
+    train_feats = extract_features(encoder, train_images, batch_size=batch_size)
+    test_feats = extract_features(encoder, test_images, batch_size=batch_size)
+    return knn_accuracy(train_feats, train_labels.cpu(), test_feats, test_labels.cpu(),
+                        k=min(k, train_feats.shape[0]), temperature=temperature)
 
 
 @torch.no_grad()

@@ -189,3 +189,14 @@ def test_extract_features_accepts_a_dataset_object():
 
     spy = ModeSpy()
     torch.testing.assert_close(extract_features(spy, Dataset()), extract_features(spy, Dataset.images))
+
+
+def test_knn_probe_is_knn_accuracy_on_extracted_features():
+    from course_utils.evaluate import extract_features, knn_accuracy, knn_probe
+    torch.manual_seed(0)
+    encoder = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 5))
+    train = (torch.randn(40, 3, 2, 2), torch.randint(0, 3, (40,)))
+    test = (torch.randn(10, 3, 2, 2), torch.randint(0, 3, (10,)))
+    expected = knn_accuracy(extract_features(encoder, train[0]), train[1],
+                            extract_features(encoder, test[0]), test[1], k=40)
+    assert knn_probe(encoder, train, test, k=50) == expected   # k=50 > 40 train samples: capped

@@ -31,7 +31,7 @@ import torch.nn as nn
 
 from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
-from course_utils.evaluate import extract_features, knn_accuracy, probe_encoder
+from course_utils.evaluate import knn_probe, probe_encoder
 from course_utils.ledger import measure
 from course_utils.models import ProjectionHead, SmallResNet
 from course_utils.objectives.moco import FeatureQueue, MoCo, encode_in_groups
@@ -222,13 +222,6 @@ class KeySnapshots(Callback):
         return [(now * old).sum(1).mean().item() for old in reversed(self.snapshots)]
 
 
-def knn_of(moco_model):
-    """kNN accuracy of the query backbone's frozen features: cheap enough to watch during training."""
-    backbone = moco_model.query_encoder[0]
-    feats = [extract_features(backbone, d.images) for d in (probe_train, test)]
-    return {"knn": knn_accuracy(feats[0], probe_train.labels.cpu(), feats[1], test.labels.cpu())}
-
-
 runs = {}
 fixed = test.images[:64]
 for m in (0.99, 0.0):
@@ -236,7 +229,7 @@ for m in (0.99, 0.0):
     o = torch.optim.AdamW(mm.query_encoder.parameters(), lr=cfg.lr, weight_decay=1e-4)
     gg = torch.Generator().manual_seed(cfg.seed)
     snaps = KeySnapshots(mm, fixed, keep=cfg.stale_steps)
-    watch = [EvalEvery(cfg.knn_every, lambda mm=mm: knn_of(mm))] if m else []
+    watch = [EvalEvery(cfg.knn_every, lambda mm=mm: {"knn": knn_probe(mm.query_encoder[0], probe_train, test)})] if m else []
     # the m=0 run only has to show staleness (keys live K/B steps), so it is shorter
     h = fit(moco_step(mm, o, augment, gg), lambda e: indexed_batches(train, cfg.batch, gg),
             steps=cfg.steps if m else cfg.stale_steps, callbacks=[snaps, *watch], desc=f"MoCo m={m}")

@@ -164,50 +164,6 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-# --------------------------------------------------------------------------- data order
-class EpochBatches:
-    """``epoch -> iterator of batches`` for ``course_utils.train.fit`` with a resumable order.
-
-    The permutation of epoch e is drawn from a generator seeded with ``seed`` and advanced
-    epoch by epoch, so the data-order position is just (seed, epoch, batch_index): ``fit`` skips
-    the batch_index batches already used. ``tensors`` share their first dimension (N).
-    """
-
-    def __init__(self, *tensors: torch.Tensor, batch_size: int, seed: int = 0):
-        if not tensors or any(not torch.is_tensor(t) for t in tensors):
-            raise TypeError("pass one or more tensors sharing the first dimension, e.g. images, labels")
-        n = tensors[0].shape[0]
-        if any(t.shape[0] != n for t in tensors):
-            raise ValueError(f"tensors must share the first dimension, got {[t.shape[0] for t in tensors]}")
-        if not isinstance(batch_size, int) or not 1 <= batch_size <= n:
-            raise ValueError(f"batch_size must be an int in 1..{n}, got {batch_size!r}")
-        self.tensors, self.batch_size, self.seed, self.n = tensors, batch_size, int(seed), n
-
-    def order(self, epoch: int) -> torch.Tensor:
-        """The permutation of epoch ``epoch`` (regenerated from the seed, never stored)."""
-        g = torch.Generator().manual_seed(self.seed)
-        for _ in range(epoch):
-            torch.randperm(self.n, generator=g)
-        return torch.randperm(self.n, generator=g)
-
-    def __call__(self, epoch: int):
-        order = self.order(epoch)
-        for b in range(self.n // self.batch_size):  # drop the last partial batch
-            idx = order[b * self.batch_size:(b + 1) * self.batch_size]
-            out = tuple(t[idx.to(t.device)] for t in self.tensors)
-            yield out if len(out) > 1 else out[0]
-
-    def state_dict(self) -> dict:
-        return {"seed": self.seed, "batch_size": self.batch_size, "n": self.n}
-
-    def check_state_dict(self, state: dict) -> None:
-        """Resuming with a different seed, batch size or dataset would replay other batches."""
-        if state != self.state_dict():
-            raise ValueError(f"data order in checkpoint {state} differs from this run's "
-                             f"{self.state_dict()}; build EpochBatches with the same data, "
-                             "batch_size and seed to resume exactly")
-
-
 # --------------------------------------------------------------------------- training state
 def _check_module(name, obj, kind=nn.Module):
     if obj is not None and not isinstance(obj, kind):
@@ -220,7 +176,7 @@ def capture_training_state(*, model: nn.Module, optimizer=None, scheduler=None, 
     """Everything needed to continue a run, as a dict ``save`` can write.
 
     ``train_state``: a ``course_utils.train.TrainState`` (step, epoch, batch_index, history);
-    ``data``: an ``EpochBatches`` (its seed/batch size, checked on resume); ``caches``: name ->
+    ``data``: a ``course_utils.batches.Batches`` (its seed/batch size, checked on resume); ``caches``: name ->
     nn.Module whose buffers persist across steps (a MoCo ``FeatureQueue``: keys and ptr), or a
     tensor; ``callbacks``: name -> ``course_utils.train.Callback`` whose counters must survive
     (an ``EarlyStopping``'s best value and patience count, an ``EvalEvery``'s last step), so a
@@ -305,7 +261,7 @@ def restore_training_state(state: dict, *, model: nn.Module, optimizer=None, sch
             raise ValueError(f"callback {name!r} is not in the checkpoint (it has {sorted(saved_callbacks)})")
         cb.load_state_dict(saved_callbacks[name])
     if data is not None and state["data"] is not None:
-        data.check_state_dict(state["data"])
+        data.load_state_dict(state["data"])
     if restore_rng:
         set_rng_state(state["rng"])
     pos = state["position"] or {"step": 0, "epoch": 0, "batch_index": 0}

@@ -24,10 +24,11 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import torch
 import torch.nn.functional as F
+
+from .batches import Batches
 
 __all__ = [
     "ImageDataset", "DatasetUnavailableError", "load_dataset", "available_datasets",
@@ -139,35 +140,14 @@ class ImageDataset:
         return ImageDataset(self.images[idx], self.labels[idx], list(self.classes), self.name,
                             self.split, dict(self.meta))
 
-    def num_batches(self, batch_size: int, *, drop_last: bool = True) -> int:
-        """How many batches one call of `batches` yields."""
-        batch_size = _check_positive_int(batch_size, "batch_size")
-        return len(self) // batch_size if drop_last else math.ceil(len(self) / batch_size)
-
-    def batches(self, batch_size: int, *, generator: torch.Generator | None = None,
-                shuffle: bool = True, drop_last: bool = True
-                ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One epoch of (images B×C×H×W, labels B) on the dataset's device.
-
-        The order is a permutation drawn from `generator` (on the generator's own device, so a
-        CPU generator works for CUDA data), or from torch's global RNG when `generator` is None.
-        Call again for the next epoch; a generator carries on, so epochs differ.
-        """
-        n_batches = self.num_batches(batch_size, drop_last=drop_last)
-        if n_batches == 0:
-            raise ValueError(f"batch_size={batch_size} with drop_last=True gives no batch from "
-                             f"{len(self)} images; pass batch_size <= {len(self)} or drop_last=False")
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator)}")
-        if shuffle:
-            gen_device = generator.device if generator is not None else torch.device("cpu")
-            order = torch.randperm(len(self), generator=generator, device=gen_device)
-            order = order.to(self.device)
-        else:
-            order = torch.arange(len(self), device=self.device)
-        for b in range(n_batches):
-            idx = order[b * batch_size:(b + 1) * batch_size]
-            yield self.images[idx], self.labels[idx]
+    def batches(self, batch_size: int, *, seed: int = 0, shuffle: bool = True,
+                drop_last: bool = True, with_ids: bool = False) -> Batches:
+        """The dataset's one batch source: ``epoch -> iterator of (images B×C×H×W, labels B)``
+        (plus ids with ``with_ids``) on the dataset's device, each epoch's order seeded from
+        ``seed`` so that a run resumes exactly (see ``course_utils.batches``). Iterating it
+        directly gives epoch 0."""
+        return Batches(self.images, self.labels, batch_size=batch_size, seed=seed, shuffle=shuffle,
+                       drop_last=drop_last, with_ids=with_ids)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def _images_and_labels(ds, what: str):
 
 
 @contextmanager
-def _eval_mode(module: nn.Module):
+def eval_mode(module: nn.Module):
     """Eval mode for the block; every submodule's own train/eval flag is restored after."""
     modes = [(m, m.training) for m in module.modules()]
     module.eval()
@@ -125,7 +125,7 @@ def extract_features(encoder: nn.Module, images: torch.Tensor, *, batch_size: in
 
     device = _module_device(encoder)
     chunks = []
-    with _eval_mode(encoder), torch.no_grad():
+    with eval_mode(encoder), torch.no_grad():
         for start in range(0, images.shape[0], batch_size):
             batch = images[start : start + batch_size].to(device, non_blocking=True)
             feats = encoder(batch)
@@ -307,7 +307,7 @@ def classification_accuracy(model: nn.Module, dataset, *, batch_size: int = 512)
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     device = _module_device(model)
     correct = 0
-    with _eval_mode(model):
+    with eval_mode(model):
         for i in range(0, len(images), batch_size):
             logits = model(images[i:i + batch_size].to(device))
             correct += (logits.argmax(dim=1).cpu() == labels[i:i + batch_size].cpu()).sum().item()

@@ -183,8 +183,9 @@ def fit(step_fn, batches, *, steps: int | None = None, epochs: int | None = None
         progress: bool = True) -> History:
     """Train until ``steps`` updates or ``epochs`` passes over the data, whichever comes first.
 
-    ``batches`` is a function ``epoch -> iterable of batches`` (reshuffled per epoch; this is
-    what makes an exact resume possible) or a re-iterable such as a list. Pass ``state`` from a
+    ``batches`` is a function ``epoch -> iterable of batches``, normally the one batch source
+    ``dataset.batches(B, seed=...)`` (``course_utils.batches.Batches``: reshuffled per epoch from
+    its seed, which is what makes an exact resume possible), or a re-iterable such as a list. Pass ``state`` from a
     checkpoint to resume: the loop skips the ``batch_index`` batches already used in that epoch.
     Returns the run's ``History``; ``state`` (if given) is updated in place.
     """
@@ -233,19 +234,3 @@ def fit(step_fn, batches, *, steps: int | None = None, epochs: int | None = None
         cb.on_train_end(state)
     return state.history
 
-
-def supervised_step(model: torch.nn.Module, optimizer, *, loss_fn=None):
-    """The plain supervised update as a step function: batch (images, labels) -> loss.
-
-    forward, cross-entropy (or ``loss_fn(logits, labels)``), backward, optimizer step.
-    """
-    loss_fn = loss_fn or torch.nn.functional.cross_entropy
-
-    def step(batch):
-        images, labels = batch
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-    return step

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils import checkpoint as ck
+from course_utils.batches import Batches
 from course_utils.runtime import seed_everything
 from course_utils.train import CheckpointEvery, fit
 
@@ -125,7 +126,7 @@ def _run(model_seed=0):
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
-    data = ck.EpochBatches(X, Y, batch_size=8, seed=5)  # 5 batches per epoch
+    data = Batches(X, Y, batch_size=8, seed=5)  # 5 batches per epoch
 
     def step(batch):
         x, y = batch
@@ -193,9 +194,10 @@ def _moco_run(model_seed=0):
     torch.manual_seed(model_seed)
     net, queue = _MoCoToy(), FeatureQueue(16, 4)
     opt = torch.optim.SGD(net.q.parameters(), lr=0.5, momentum=0.9)
-    data = ck.EpochBatches(X, batch_size=8, seed=2)
+    data = Batches(X, batch_size=8, seed=2)
 
-    def step(x):
+    def step(batch):
+        (x,) = batch
         q = F.normalize(net.q(x + 0.1 * torch.randn_like(x)), dim=1)
         with torch.no_grad():
             for pk, pq in zip(net.k.parameters(), net.q.parameters()):

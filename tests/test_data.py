@@ -124,19 +124,33 @@ def test_a_broken_cifar10_folder_gives_the_same_clear_error(empty_root):
 
 def test_batches_cover_one_epoch_and_are_seeded():
     ds = load_dataset("digits", "test")
-    seen = torch.cat([y for _, y in ds.batches(64, generator=torch.Generator().manual_seed(0),
-                                               drop_last=False)])
+    seen = torch.cat([y for _, y in ds.batches(64, seed=0, drop_last=False)(0)])
     assert torch.equal(seen.sort().values, ds.labels.sort().values), "one epoch = every image once"
-    batches = list(ds.batches(64, generator=torch.Generator().manual_seed(0)))
-    assert len(batches) == ds.num_batches(64) == 360 // 64
+    source = ds.batches(64, seed=0)
+    batches = list(source(0))
+    assert len(batches) == len(source) == 360 // 64
     x, y = batches[0]
     assert x.shape == (64, 1, 8, 8) and y.shape == (64,) and x.device == ds.device
-    again = list(ds.batches(64, generator=torch.Generator().manual_seed(0)))
+    again = list(ds.batches(64, seed=0))                   # iterating directly = epoch 0
     assert all(torch.equal(a[0], b[0]) for a, b in zip(batches, again))
-    other = next(ds.batches(64, generator=torch.Generator().manual_seed(1)))
-    assert not torch.equal(other[1], y)
-    ordered = next(ds.batches(10, shuffle=False))
+    assert not torch.equal(next(iter(ds.batches(64, seed=1)))[1], y), "another seed, another order"
+    assert not torch.equal(next(source(1))[1], y), "every epoch is reshuffled"
+    ordered = next(iter(ds.batches(10, shuffle=False)))
     assert torch.equal(ordered[0], ds.images[:10])
+
+
+def test_batches_resume_any_epoch_and_carry_ids():
+    ds = load_dataset("digits", "test")
+    run = ds.batches(32, seed=3, with_ids=True)
+    epochs = [list(run(e)) for e in range(4)]              # successive epochs, as fit draws them
+    fresh = ds.batches(32, seed=3, with_ids=True)
+    for e in (3, 1):                                       # a resumed run jumps to its epoch
+        assert all(torch.equal(a[2], b[2]) for a, b in zip(epochs[e], fresh(e)))
+    images, labels, ids = epochs[2][0]
+    assert torch.equal(images, ds.images[ids]) and torch.equal(labels, ds.labels[ids])
+    fresh.load_state_dict(run.state_dict())
+    with pytest.raises(ValueError, match="same data, batch_size and seed"):
+        ds.batches(32, seed=4).load_state_dict(run.state_dict())
 
 
 def test_subset_and_to():
@@ -169,9 +183,9 @@ def test_bad_arguments_say_what_to_pass():
         load_dataset("digits", device="tpu")
     ds = load_dataset("digits", "test")
     with pytest.raises(ValueError, match="batch_size"):
-        next(ds.batches(0))
+        ds.batches(0)
     with pytest.raises(ValueError, match="drop_last"):
-        next(ds.batches(1000))
+        ds.batches(1000)
     with pytest.raises(ValueError, match="n <= 360"):
         ds.subset(1000)
     if not torch.cuda.is_available():

@@ -71,22 +71,29 @@ def test_queue_bad_inputs():
         q.enqueue(torch.zeros(3))
     with pytest.raises(ValueError):
         q.enqueue(torch.zeros(2, 3), ids=torch.zeros(3))
-    for bad in (0, -1, 2.5, True):
-        with pytest.raises(ValueError):
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="size"):
+            FeatureQueue(bad, 3)
+    for bad in (2.5, True):
+        with pytest.raises(TypeError, match="size"):
             FeatureQueue(bad, 3)
 
 
-def _encoder(bn=True, seed=0):
+def _parts(bn=True, seed=0):
+    """(backbone, projector) of a tiny MoCo: 3×4×4 images -> 16 features -> 8-d keys."""
     torch.manual_seed(seed)
     layers = [nn.Flatten(), nn.Linear(3 * 4 * 4, 16)]
     if bn:
         layers.append(nn.BatchNorm1d(16))
-    layers += [nn.ReLU(), nn.Linear(16, 8)]
-    return nn.Sequential(*layers)
+    return nn.Sequential(*layers, nn.ReLU()), nn.Linear(16, 8)
+
+
+def _encoder(bn=True, seed=0):
+    return nn.Sequential(*_parts(bn, seed))
 
 
 def test_key_encoder_gets_no_gradient_and_query_does():
-    model = MoCo(_encoder(), dim=8, queue_size=32, bn_groups=2)
+    model = MoCo(*_parts(), queue_size=32, bn_groups=2)
     x = torch.rand(8, 3, 4, 4)
     model(x, x.flip(-1)).backward()
     assert all(not p.requires_grad and p.grad is None for p in model.key_encoder.parameters())
@@ -96,14 +103,14 @@ def test_key_encoder_gets_no_gradient_and_query_does():
 
 @pytest.mark.parametrize("b", [4, 8, 16])
 def test_negatives_per_anchor_is_queue_size(b):
-    model = MoCo(_encoder(), dim=8, queue_size=64)
+    model = MoCo(*_parts(), queue_size=64)
     x = torch.rand(b, 3, 4, 4)
     q, k = model.encode_queries(x), model.encode_keys(x)
     assert model.contrastive_logits(q, k).shape == (b, 1 + 64)
 
 
 def test_ema_math():
-    model = MoCo(_encoder(), dim=8, queue_size=16, momentum=0.9)
+    model = MoCo(*_parts(), queue_size=16, momentum=0.9)
     with torch.no_grad():
         for p in model.query_encoder.parameters():
             p.add_(torch.randn_like(p))
@@ -118,7 +125,7 @@ def test_ema_math():
 
 
 def test_forward_enqueues_this_steps_keys_in_training_only():
-    model = MoCo(_encoder(bn=False), dim=8, queue_size=16, bn_groups=1)
+    model = MoCo(*_parts(bn=False), queue_size=16, bn_groups=1)
     x = torch.rand(4, 3, 4, 4)
     before = model.queue.keys.clone()
     model(x, x)
@@ -147,23 +154,23 @@ def test_shuffle_roundtrip_and_split_bn():
 
 def test_shuffled_keys_come_back_in_order():
     # without BatchNorm the shuffle must not change any key: it only moves BN group membership
-    model = MoCo(_encoder(bn=False), dim=8, queue_size=16, bn_groups=4)
+    model = MoCo(*_parts(bn=False), queue_size=16, bn_groups=4)
     x = torch.rand(8, 3, 4, 4)
     keys = model.encode_keys(x, torch.Generator().manual_seed(1))
     assert torch.allclose(keys, F.normalize(model.key_encoder(x), dim=1), atol=1e-6)
 
 
 def test_queue_in_state_dict_roundtrip():
-    a = MoCo(_encoder(), dim=8, queue_size=16)
+    a = MoCo(*_parts(), queue_size=16)
     x = torch.rand(4, 3, 4, 4)
     a(x, x)
-    b = MoCo(_encoder(seed=1), dim=8, queue_size=16)
+    b = MoCo(*_parts(seed=1), queue_size=16)
     b.load_state_dict(a.state_dict())
     assert torch.equal(a.queue.keys, b.queue.keys) and int(b.queue.ptr) == 4
 
 
 def test_staleness_fresh_key_is_not_stale():
-    model = MoCo(_encoder(bn=False), dim=8, queue_size=16, bn_groups=1, momentum=0.5)
+    model = MoCo(*_parts(bn=False), queue_size=16, bn_groups=1, momentum=0.5)
     images = torch.rand(12, 3, 4, 4)
     model(images[:4], images[:4], ids=torch.arange(4))
     ages, cos = queue_staleness(model, images)
@@ -180,21 +187,21 @@ def test_staleness_fresh_key_is_not_stale():
 def test_moco_bad_inputs():
     for kwargs in (dict(momentum=1.5), dict(temperature=0.0), dict(bn_groups=0)):
         with pytest.raises(ValueError):
-            MoCo(_encoder(), dim=8, **kwargs)
+            MoCo(*_parts(), **kwargs)
     with pytest.raises(TypeError):
-        MoCo("resnet", dim=8)
-    model = MoCo(_encoder(), dim=8, queue_size=4)
+        MoCo("resnet", nn.Linear(16, 8))
+    model = MoCo(*_parts(), queue_size=4)
     with pytest.raises(ValueError, match="larger than the queue"):
         model(torch.rand(8, 3, 4, 4), torch.rand(8, 3, 4, 4))
     with pytest.raises(ValueError):
         model(torch.rand(4, 3, 4, 4), torch.rand(2, 3, 4, 4))
     with pytest.raises(ValueError, match="BatchNorm groups"):
-        MoCo(_encoder(), dim=8, bn_groups=4)(torch.rand(6, 3, 4, 4), torch.rand(6, 3, 4, 4))
+        MoCo(*_parts(), bn_groups=4)(torch.rand(6, 3, 4, 4), torch.rand(6, 3, 4, 4))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_runs_on_cuda():
-    model = MoCo(_encoder(), dim=8, queue_size=16).cuda()
+    model = MoCo(*_parts(), queue_size=16).cuda()
     x = torch.rand(4, 3, 4, 4, device="cuda")
     model(x, x, ids=torch.arange(4), generator=torch.Generator().manual_seed(0)).backward()
     assert model.queue.keys.is_cuda and int(model.queue.ptr) == 4

@@ -1,13 +1,20 @@
-"""The learning objectives of lessons 02-05, one module each, as real training kernels.
+"""The learning objectives of lessons 02-05, one module each, behind one contract (``base``).
 
+- ``supervised`` the cross-entropy baseline the others are compared with in lesson 05.
 - ``simclr``     in-batch contrastive (NT-Xent over 2N views): candidates = images in the batch.
 - ``moco``       a queue of K past keys and a momentum key encoder: candidates from history.
 - ``mae``        masked autoencoding: the encoder sees only the visible patches.
-- ``supervised`` the cross-entropy baseline the others are compared with in lesson 05.
 
-Each module's docstring states its formula and tensor shapes; every kernel runs unchanged on
-CPU and CUDA (generators and index tensors follow the inputs' device).
+Every objective is an ``nn.Module`` with ``training_loss(batch, *, augment=None,
+generator=None) -> {"loss", ...}``, ``.encoder`` (what a probe evaluates), ``.caches`` and
+``.ledger_encoders``; ``make_step(model, optimizer, ...)`` trains any of them. Each module's
+docstring states its formula and tensor shapes; every kernel runs unchanged on CPU and CUDA
+(generators and index tensors follow the inputs' device).
 """
-from . import mae, moco, simclr, steps, supervised  # noqa: F401
+from .base import Batch, Objective, as_batch, make_step
+from .mae import MAE
+from .moco import MoCo
+from .simclr import SimCLR
+from .supervised import Supervised
 
-__all__ = ["simclr", "moco", "mae", "supervised", "steps"]
+__all__ = ["Objective", "Batch", "as_batch", "make_step", "Supervised", "SimCLR", "MoCo", "MAE"]

@@ -24,6 +24,9 @@ import torch.nn as nn
 
 from course_utils.models import TransformerBlock, sincos_position_embedding_2d
 
+from .. import checks
+from .base import Objective, as_batch
+
 
 def random_masking(tokens: torch.Tensor, mask_ratio: float, generator: torch.Generator | None = None):
     """Per-sample random masking by argsort of uniform noise (MAE reference semantics).
@@ -40,10 +43,7 @@ def random_masking(tokens: torch.Tensor, mask_ratio: float, generator: torch.Gen
         raise ValueError(f"tokens must be B×L×D, got "
                          f"{tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__}; "
                          "embed the patches first (ViT.embed_patches)")
-    if isinstance(mask_ratio, bool) or not isinstance(mask_ratio, (int, float)):
-        raise TypeError(f"mask_ratio must be a float in [0, 1), got {mask_ratio!r}")
-    if not 0.0 <= mask_ratio < 1.0:
-        raise ValueError(f"mask_ratio must be in [0, 1) (MAE uses 0.75), got {mask_ratio}")
+    mask_ratio = checks.fraction(mask_ratio, "mask_ratio", hint="MAE uses 0.75")
     b, length, dim = tokens.shape
     len_keep = int(length * (1 - mask_ratio))
     if len_keep < 1:
@@ -113,11 +113,14 @@ class MAEDecoder(nn.Module):
         return self.pred(self.norm(x))                      # B×L×P
 
 
-class MAE(nn.Module):
+class MAE(Objective):
     """Masked autoencoder around the kit's ViT (formula in the module docstring).
 
     encoder: a course_utils.models.ViT (uses .embed_patches, .encode_tokens, .patchify).
-    forward(images, generator=None) → (loss, pred B×L×P, mask B×L).
+    forward_encoder(images) → (latent, mask, ids_restore); forward_decoder(latent, ids_restore)
+    → pred B×L×P; forward_loss(images, pred, mask) → scalar (the reference's three parts).
+    forward(images, generator=None) → (loss, pred, mask);
+    training_loss(batch, augment=None, generator=None) → {"loss", "pred", "mask"}.
     mask_tokens_in_encoder=True: the encoder runs on all L tokens, masked ones replaced by a
     learned mask token plus their position (same loss and decoder; for the speed comparison).
     """
@@ -130,10 +133,9 @@ class MAE(nn.Module):
             if not hasattr(encoder, attr):
                 raise TypeError(f"encoder must be a course_utils.models.ViT (missing .{attr}), "
                                 f"got {type(encoder).__name__}")
-        if not 0.0 <= mask_ratio < 1.0:
-            raise ValueError(f"mask_ratio must be in [0, 1) (MAE uses 0.75), got {mask_ratio}")
         self.encoder = encoder
-        self.mask_ratio, self.norm_pix_loss = float(mask_ratio), bool(norm_pix_loss)
+        self.mask_ratio = checks.fraction(mask_ratio, "mask_ratio", hint="MAE uses 0.75")
+        self.norm_pix_loss = bool(norm_pix_loss)
         self.mask_tokens_in_encoder = bool(mask_tokens_in_encoder)
         self.decoder = MAEDecoder(encoder.dim, encoder.num_patches, encoder.grid_size,
                                   encoder.patch_dim, decoder_dim, decoder_depth, decoder_heads)
@@ -141,7 +143,13 @@ class MAE(nn.Module):
             self.encoder_mask_token = nn.Parameter(torch.zeros(1, 1, encoder.dim))
             nn.init.normal_(self.encoder_mask_token, std=0.02)
 
-    def encode(self, images: torch.Tensor, generator: torch.Generator | None = None):
+    @property
+    def ledger_encoders(self) -> dict:
+        # tokens entering the first block of each: the encoder sees B·L_vis per step (B·L with
+        # mask tokens inside), the decoder always B·L
+        return {"encoder tokens": self.encoder.blocks[0], "decoder tokens": self.decoder.blocks[0]}
+
+    def forward_encoder(self, images: torch.Tensor, generator: torch.Generator | None = None):
         """→ (latent, mask, ids_restore). latent is B×L_vis×D, or B×L×D with
         mask_tokens_in_encoder (then ids_restore is None: tokens never left their places)."""
         tokens = self.encoder.embed_patches(images)         # B×L×D, positions added
@@ -153,11 +161,26 @@ class MAE(nn.Module):
         tokens = tokens * (1 - m) + filler * m              # masked content replaced
         return self.encoder.encode_tokens(tokens), mask, None
 
-    def forward(self, images: torch.Tensor, generator: torch.Generator | None = None):
-        latent, mask, ids_restore = self.encode(images, generator)
-        pred = self.decoder(latent, ids_restore)            # B×L×P
+    def forward_decoder(self, latent: torch.Tensor, ids_restore: torch.Tensor | None) -> torch.Tensor:
+        """latent B×L_vis×D (or B×L×D) → pred B×L×P."""
+        return self.decoder(latent, ids_restore)
+
+    def forward_loss(self, images: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Masked MSE against the (optionally per-patch normalised) pixels of ``images``."""
         target = patch_targets(self.encoder.patchify(images), self.norm_pix_loss)
-        return masked_mse(pred, target, mask), pred, mask
+        return masked_mse(pred, target, mask)
+
+    def forward(self, images: torch.Tensor, generator: torch.Generator | None = None):
+        latent, mask, ids_restore = self.forward_encoder(images, generator)
+        pred = self.forward_decoder(latent, ids_restore)
+        return self.forward_loss(images, pred, mask), pred, mask
+
+    def training_loss(self, batch, *, augment=None, generator=None) -> dict:
+        images = as_batch(batch).images
+        if augment is not None:
+            images = augment(images, generator)
+        loss, pred, mask = self(images, generator)
+        return {"loss": loss, "pred": pred, "mask": mask}
 
     @torch.no_grad()
     def reconstruct(self, images: torch.Tensor, generator: torch.Generator | None = None):

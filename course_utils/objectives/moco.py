@@ -32,6 +32,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .. import checks
+from ..evaluate import eval_mode
+from .base import Objective, as_batch
+
 
 class FeatureQueue(nn.Module):
     """FIFO ring buffer of `size` key vectors of width `dim`.
@@ -48,9 +52,8 @@ class FeatureQueue(nn.Module):
 
     def __init__(self, size: int, dim: int, generator: torch.Generator | None = None):
         super().__init__()
-        for name, v in (("size", size), ("dim", dim)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        checks.positive_int(size, "size")
+        checks.positive_int(dim, "dim")
         self.size, self.dim = size, dim
         init = F.normalize(torch.randn(size, dim, generator=generator), dim=1)
         self.register_buffer("keys", init)                                   # K×d
@@ -116,31 +119,48 @@ def encode_in_groups(encoder: nn.Module, x: torch.Tensor, groups: int) -> torch.
     return torch.cat([encoder(chunk) for chunk in x.chunk(groups)])
 
 
-class MoCo(nn.Module):
+def _output_dim(projector: nn.Module) -> int:
+    """The width of the projector's output: ``.out_dim`` or the last Linear's out_features."""
+    if isinstance(getattr(projector, "out_dim", None), int):
+        return projector.out_dim
+    linears = [m for m in projector.modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise ValueError("cannot tell the projector's output width (no .out_dim, no nn.Linear); "
+                         "use course_utils.models.ProjectionHead or give the module an out_dim")
+    return linears[-1].out_features
+
+
+class MoCo(Objective):
     """Query encoder + momentum key encoder + feature queue (formula in the module docstring).
 
-    encoder: any module mapping images B×C×H×W → B×dim (backbone and projection head together).
-    forward(view_q, view_k, ids=None, generator=None) → scalar loss. In training mode it also
-    does the momentum update (before encoding keys) and enqueues the new keys (after the logits
-    are formed, so this step's keys are never their own negatives).
+    backbone (images → features) and projector (features → d) make the query encoder f_q, as in
+    SimCLR; the key encoder f_k is a copy of both. ``encoder`` is the query backbone (what the
+    probe evaluates). forward(view_q, view_k, ids=None, generator=None) → scalar loss; in
+    training mode it also does the momentum update (before encoding keys) and enqueues the new
+    keys (after the logits are formed, so this step's keys are never their own negatives).
     """
 
-    def __init__(self, encoder: nn.Module, dim: int, queue_size: int = 1024,
+    def __init__(self, backbone: nn.Module, projector: nn.Module, *, queue_size: int = 1024,
                  momentum: float = 0.99, temperature: float = 0.2, bn_groups: int = 2):
         super().__init__()
-        if not isinstance(encoder, nn.Module):
-            raise TypeError(f"encoder must be an nn.Module, got {type(encoder).__name__}")
-        if not 0.0 <= momentum <= 1.0:
-            raise ValueError(f"momentum must be in [0, 1] (typical 0.99-0.999), got {momentum}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0 (typical 0.07-0.2), got {temperature}")
-        if isinstance(bn_groups, bool) or not isinstance(bn_groups, int) or bn_groups < 1:
-            raise ValueError(f"bn_groups must be a positive int (1 = no shuffle-BN), got {bn_groups!r}")
-        self.query_encoder = encoder
-        self.key_encoder = copy.deepcopy(encoder)          # starts identical to the query encoder
-        self.key_encoder.requires_grad_(False)             # trained only by EMA, never by backprop
-        self.queue = FeatureQueue(queue_size, dim)
-        self.momentum, self.temperature, self.bn_groups = float(momentum), float(temperature), bn_groups
+        checks.instance(backbone, "backbone", nn.Module)
+        checks.instance(projector, "projector", nn.Module)
+        self.momentum = checks.fraction(momentum, "momentum", closed_right=True, hint="typical 0.99-0.999")
+        self.temperature = checks.positive_float(temperature, "temperature", hint="typical 0.07-0.2")
+        self.bn_groups = checks.positive_int(bn_groups, "bn_groups", hint="1 = no shuffle-BN")
+        self.encoder = backbone
+        self.query_encoder = nn.Sequential(backbone, projector)
+        self.key_encoder = copy.deepcopy(self.query_encoder)  # starts identical to the query encoder
+        self.key_encoder.requires_grad_(False)                # trained only by EMA, never by backprop
+        self.queue = FeatureQueue(queue_size, _output_dim(projector))
+
+    @property
+    def caches(self) -> tuple:
+        return (self.queue,)
+
+    @property
+    def ledger_encoders(self) -> dict:
+        return {"encoder images": self.encoder, "key encoder images": self.key_encoder[0]}
 
     @torch.no_grad()
     def momentum_update(self) -> None:
@@ -187,6 +207,14 @@ class MoCo(nn.Module):
             self.queue.enqueue(k, ids)
         return loss
 
+    def training_loss(self, batch, *, augment=None, generator=None) -> dict:
+        if augment is None:
+            raise ValueError("MoCo needs augment= to make a query and a key view of each image "
+                             "(e.g. course_utils.augment.SimCLRAugment(image_size))")
+        images, _, ids = as_batch(batch)
+        return {"loss": self(augment(images, generator), augment(images, generator), ids=ids,
+                             generator=generator)}
+
 
 @torch.no_grad()
 def queue_staleness(model: MoCo, images: torch.Tensor, batch_size: int = 256):
@@ -200,11 +228,8 @@ def queue_staleness(model: MoCo, images: torch.Tensor, batch_size: int = 256):
     keep = model.queue.filled() & (model.queue.ids >= 0)
     ids = model.queue.ids[keep]
     stored = model.queue.keys[keep]
-    was_training = model.key_encoder.training
-    model.key_encoder.eval()
-    fresh = torch.cat([model.key_encoder(images[ids[i:i + batch_size].to(images.device)]
-                                         .to(stored.device))
-                       for i in range(0, len(ids), batch_size)]) if len(ids) else stored[:0]
-    model.key_encoder.train(was_training)
+    with eval_mode(model.key_encoder) as key_encoder:
+        fresh = torch.cat([key_encoder(images[ids[i:i + batch_size].to(images.device)].to(stored.device))
+                           for i in range(0, len(ids), batch_size)]) if len(ids) else stored[:0]
     cosine = (F.normalize(fresh, dim=1) * stored).sum(dim=1)
     return model.queue.ages()[keep], cosine

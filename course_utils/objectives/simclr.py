@@ -25,28 +25,20 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .. import checks
+from .base import Objective, as_batch
+
 
 def _check_pair(z1, z2, extra_negatives, temperature):
-    for name, z in (("z1", z1), ("z2", z2)):
-        if not isinstance(z, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of shape N×d, got {type(z).__name__}")
-        if z.dim() != 2:
-            raise ValueError(f"{name} must be 2-D (N×d), got shape {tuple(z.shape)}; "
-                             "flatten the features first, e.g. z.flatten(1)")
-    if z1.shape != z2.shape:
-        raise ValueError(f"z1 and z2 must have the same shape (row i of each is one image), "
-                         f"got {tuple(z1.shape)} and {tuple(z2.shape)}")
-    if z1.shape[0] < 1 or z1.shape[1] < 1:
-        raise ValueError(f"need at least one image and one feature, got shape {tuple(z1.shape)}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature must be a positive float, got {temperature!r}")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0 (typical 0.1-0.5), got {temperature}")
+    checks.tensor(z1, "z1", dim=2, shape_hint="N×d")
+    checks.tensor(z2, "z2", dim=2, shape_hint="N×d")
+    if z1.shape != z2.shape or 0 in z1.shape:
+        raise ValueError(f"z1 and z2 must have the same non-empty shape N×d (row i of each is one "
+                         f"image), got {tuple(z1.shape)} and {tuple(z2.shape)}")
+    checks.positive_float(temperature, "temperature", hint="typical 0.1-0.5")
     if extra_negatives is not None:
-        if not isinstance(extra_negatives, torch.Tensor):
-            raise TypeError("extra_negatives must be a tensor of shape M×d or None, "
-                            f"got {type(extra_negatives).__name__}")
-        if extra_negatives.dim() != 2 or extra_negatives.shape[1] != z1.shape[1]:
+        checks.tensor(extra_negatives, "extra_negatives", dim=2, shape_hint=f"M×{z1.shape[1]}")
+        if extra_negatives.shape[1] != z1.shape[1]:
             raise ValueError(f"extra_negatives must be M×{z1.shape[1]} (same feature dim as z1), "
                              f"got shape {tuple(extra_negatives.shape)}")
 
@@ -91,26 +83,26 @@ def nt_xent_loss_naive(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 
     return (total / n2).to(z1.dtype)
 
 
-class SimCLR(nn.Module):
+class SimCLR(Objective):
     """Backbone + projection head + NT-Xent.
 
-    forward(view1, view2) with views B×C×H×W → scalar loss. Both views go through the same
-    encoder in one concatenated batch of 2B (one forward, one backward), so BatchNorm sees both
-    views, as in the paper's single-device setting.
+    training_loss(batch, augment=..., generator=...) makes two views of every image and returns
+    {"loss"}; forward(view1, view2) is the loss on two given views. Both views go through the
+    same encoder in one concatenated batch of 2B (one forward, one backward), so BatchNorm sees
+    both views, as in the paper's single-device setting. ``encoder`` is the backbone (what the
+    probe evaluates; the projector's output is only for the loss).
     """
 
     def __init__(self, backbone: nn.Module, projector: nn.Module, temperature: float = 0.5):
         super().__init__()
-        if not isinstance(backbone, nn.Module) or not isinstance(projector, nn.Module):
-            raise TypeError("backbone and projector must be nn.Module instances")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        self.backbone = backbone
+        checks.instance(backbone, "backbone", nn.Module)
+        checks.instance(projector, "projector", nn.Module)
+        self.encoder = backbone
         self.projector = projector
-        self.temperature = float(temperature)
+        self.temperature = checks.positive_float(temperature, "temperature", hint="typical 0.1-0.5")
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        return self.projector(self.backbone(x))                      # B×d
+        return self.projector(self.encoder(x))                       # B×d
 
     def forward(self, view1: torch.Tensor, view2: torch.Tensor,
                 extra_negatives: torch.Tensor | None = None) -> torch.Tensor:
@@ -120,3 +112,10 @@ class SimCLR(nn.Module):
         z = self.embed(torch.cat([view1, view2]))                    # 2B×d
         z1, z2 = z.chunk(2)
         return nt_xent_loss(z1, z2, self.temperature, extra_negatives)
+
+    def training_loss(self, batch, *, augment=None, generator=None) -> dict:
+        if augment is None:
+            raise ValueError("SimCLR needs augment= to make two views of each image "
+                             "(e.g. course_utils.augment.SimCLRAugment(image_size))")
+        images = as_batch(batch).images
+        return {"loss": self(augment(images, generator), augment(images, generator))}

@@ -13,21 +13,31 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .. import checks
+from .base import Objective, as_batch
 
-class Supervised(nn.Module):
-    """encoder (B×C×H×W → B×feature_dim) + linear head. forward(images, labels) → scalar loss."""
 
-    def __init__(self, encoder: nn.Module, feature_dim: int, num_classes: int):
+class Supervised(Objective):
+    """encoder (B×C×H×W → B×features) + head (features → B×classes logits); cross-entropy.
+
+    head=None: the encoder already returns logits (a classifier trained as a whole).
+    training_loss(batch, augment=None, generator=None): batch (images, labels[, ids]); one view
+    per image, augmented when ``augment`` is given → {"loss"}.
+    """
+
+    def __init__(self, encoder: nn.Module, head: nn.Module | None = None):
         super().__init__()
-        if not isinstance(encoder, nn.Module):
-            raise TypeError(f"encoder must be an nn.Module, got {type(encoder).__name__}")
-        if num_classes < 2:
-            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
-        self.encoder = encoder
-        self.head = nn.Linear(feature_dim, num_classes)
+        self.encoder = checks.instance(encoder, "encoder", nn.Module)
+        self.head = checks.instance(head, "head", nn.Module, optional=True) or nn.Identity()
 
-    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        if labels.shape != (images.shape[0],):
-            raise ValueError(f"labels must be a B={images.shape[0]} vector of class ids, "
-                             f"got shape {tuple(labels.shape)}")
-        return F.cross_entropy(self.head(self.encoder(images)), labels)
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(images))               # B×classes
+
+    def training_loss(self, batch, *, augment=None, generator=None) -> dict:
+        images, labels, _ = as_batch(batch)
+        if labels is None or labels.shape != (images.shape[0],):
+            raise ValueError(f"Supervised needs (images, labels) batches with B={images.shape[0]} "
+                             f"class ids, got labels {None if labels is None else tuple(labels.shape)}")
+        if augment is not None:
+            images = augment(images, generator)
+        return {"loss": F.cross_entropy(self(images), labels)}

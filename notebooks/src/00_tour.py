@@ -45,7 +45,7 @@ from course_utils.plots import show_images
 from course_utils.report import format_table, headline
 from course_utils.runtime import describe_device, setup
 from course_utils.scales import config
-from course_utils.train import supervised_step
+from course_utils.objectives import Supervised, make_step
 
 cfg = config(SCALE, ci=dict(grid=16), default=dict(grid=32), gpu=dict(grid=32))
 device = setup(SCALE, seed=cfg.seed)
@@ -130,7 +130,7 @@ assert torch.equal(again, view1), "same seed, same views"
 # %%
 model = SmallResNet(width=8, num_classes=len(shapes.classes)).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-step = supervised_step(model, opt)
+step = make_step(Supervised(model), opt)       # every objective trains through make_step
 record = measure(lambda: step((shapes.images[:16], shapes.labels[:16])), model=model, optimizer=opt)
 print(record)
 

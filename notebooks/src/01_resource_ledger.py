@@ -32,7 +32,8 @@ from course_utils.plots import plot_curves
 from course_utils.report import format_table, headline
 from course_utils.runtime import setup
 from course_utils.scales import config
-from course_utils.train import EvalEvery, fit, supervised_step
+from course_utils.objectives import Supervised, make_step
+from course_utils.train import EvalEvery, fit
 
 cfg = config(
     SCALE,
@@ -127,7 +128,7 @@ by_hand = {
 }
 by_hand["flops"] = by_hand["forward_flops"] + by_hand["backward_flops"]
 
-step = supervised_step(mlp, sgd)
+step = make_step(Supervised(mlp), sgd)
 record = measure(lambda: step((x, y)), model=mlp, optimizer=sgd)
 comparison = record.compare(by_hand)
 print(comparison)
@@ -154,7 +155,7 @@ assert record.optimizer_bytes == 0 and record.grad_bytes == record.param_bytes
 # %%
 resnet = SmallResNet(width=cfg.width, num_classes=c).to(device)
 adam = torch.optim.Adam(resnet.parameters(), lr=1e-3)
-resnet_step = supervised_step(resnet, adam)
+resnet_step = make_step(Supervised(resnet), adam)
 resnet_record = measure(lambda: resnet_step((x, y)), model=resnet, optimizer=adam)
 resnet_comparison = resnet_record.compare(predict_step(resnet, x.shape, optimizer="adam"))
 print(resnet_comparison)
@@ -175,7 +176,7 @@ sweep = []
 for batch in cfg.batches:
     model = SmallResNet(width=cfg.width, num_classes=c).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    run = supervised_step(model, opt)
+    run = make_step(Supervised(model), opt)
     xb, yb = train.images[:batch], train.labels[:batch]
     rec = measure(lambda: run((xb, yb)), model=model, optimizer=opt)
     pred = predict_step(model, xb.shape, optimizer="adam")
@@ -207,7 +208,7 @@ assert len({round(r["resident MB"], 9) for r in sweep}) == 1
 # %% [markdown]
 # ### The step is real: train with it
 #
-# The ledger describes a step that learns. The same `supervised_step`, in the course's one
+# The ledger describes a step that learns. The same step (`make_step(Supervised(model), opt)`), in the course's one
 # training loop (`course_utils.train.fit`), trains the ResNet on the embedded shapes dataset
 # (class = shape; colour, position, size, rotation and texture are nuisances). On a CPU we train
 # at 16×16 pixels: the ledger above says a 32-pixel step costs four times as much.
@@ -222,8 +223,8 @@ torch.manual_seed(cfg.seed)
 model = SmallResNet(width=cfg.train_width, num_classes=c).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
 history = fit(
-    supervised_step(model, opt),
-    lambda epoch: train.batches(cfg.batch_size, generator=torch.Generator().manual_seed(epoch)),
+    make_step(Supervised(model), opt),
+    train.batches(cfg.batch_size, seed=cfg.seed),
     steps=cfg.steps,
     callbacks=[EvalEvery(cfg.eval_every, lambda: {"test_acc": classification_accuracy(model, test)})],
     desc="supervised",
@@ -297,14 +298,14 @@ def _measured_activation_bytes(batch, d, hidden, classes):
     m = MLP(d, hidden, classes, layers=2)
     o = torch.optim.SGD(m.parameters(), lr=0.1)
     xs, ys = torch.rand(batch, d), torch.randint(0, classes, (batch,))
-    return measure(lambda: supervised_step(m, o)((xs, ys)), model=m).activation_bytes
+    return measure(lambda: make_step(Supervised(m), o)((xs, ys)), model=m).activation_bytes
 
 
 def _measured_backward_flops(batch, d, hidden, classes):
     m = MLP(d, hidden, classes, layers=2)
     o = torch.optim.SGD(m.parameters(), lr=0.1)
     xs, ys = torch.rand(batch, d), torch.randint(0, classes, (batch,))
-    return measure(lambda: supervised_step(m, o)((xs, ys)), model=m).backward_flops
+    return measure(lambda: make_step(Supervised(m), o)((xs, ys)), model=m).backward_flops
 
 
 # %% [raw]
@@ -421,7 +422,7 @@ hidden: true
 """ # END TEST CONFIG
 _m = SmallResNet(width=4, num_classes=3)
 _o = torch.optim.Adam(_m.parameters())
-_r = measure(lambda: supervised_step(_m, _o)((torch.rand(2, 3, 16, 16), torch.tensor([0, 1]))), model=_m, optimizer=_o)
+_r = measure(lambda: make_step(Supervised(_m), _o)((torch.rand(2, 3, 16, 16), torch.tensor([0, 1]))), model=_m, optimizer=_o)
 assert adam_resident_bytes(sum(p.numel() for p in _m.parameters())) == _r.resident_bytes
 
 # %% [raw]

@@ -32,8 +32,8 @@ from course_utils.data import load_dataset
 from course_utils.evaluate import extract_features, probe_encoder
 from course_utils.ledger import measure
 from course_utils.models import ProjectionHead, SmallResNet
-from course_utils.objectives.simclr import SimCLR, nt_xent_loss, nt_xent_loss_naive
-from course_utils.objectives.steps import simclr_step
+from course_utils.objectives import SimCLR, make_step
+from course_utils.objectives.simclr import nt_xent_loss, nt_xent_loss_naive
 from course_utils.plots import plot_curves, show_images
 from course_utils.report import headline, show_table
 from course_utils.runtime import setup
@@ -161,10 +161,10 @@ ledger_rows = []
 for n in cfg.ledger_batches:
     model = build_simclr()
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    step = simclr_step(model, opt, augment, torch.Generator().manual_seed(0))
+    step = make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0))
     opt_step = step((train.images[:n], None))          # one step first, so Adam's state exists
     rec = measure(lambda: step((train.images[:n], None)), model=model, optimizer=opt,
-                  encoders={"views encoded": model.backbone})
+                  encoders={"views encoded": model.encoder})
     ledger_rows.append({"N": n, "views encoded": rec.encoded["views encoded"],
                         "activation MB": rec.activation_bytes / 1e6,
                         "activation KB per image": rec.activation_bytes / n / 1e3,
@@ -194,7 +194,7 @@ acc_rows = []
 for micro in (1, k):
     model = build_simclr()
     opt = torch.optim.SGD(model.parameters(), lr=0.0)         # lr 0: measure, do not move
-    step = simclr_step(model, opt, augment, torch.Generator().manual_seed(0), accumulation=micro)
+    step = make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0), accumulation=micro)
     out = {}
     rec = measure(lambda: out.update(step((train.images[:n], None))), model=model, optimizer=opt)
     acc_rows.append({"micro-batches": micro, "candidates per anchor": 2 * n // micro - 1,
@@ -221,12 +221,12 @@ assert acc["activation MB (peak)"] < 0.5 * one["activation MB (peak)"]
 
 # %%
 model = build_simclr()
-random_probe = probe_encoder(model.backbone, probe_train, test)
+random_probe = probe_encoder(model.encoder, probe_train, test)
 opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=1e-4)
 gen = torch.Generator().manual_seed(cfg.seed)
-history = fit(simclr_step(model, opt, augment, gen), lambda e: train.batches(cfg.batch, generator=gen),
+history = fit(make_step(model, opt, augment=augment, generator=gen), train.batches(cfg.batch, seed=cfg.seed),
               steps=cfg.steps, desc="SimCLR")
-trained_probe = probe_encoder(model.backbone, probe_train, test)
+trained_probe = probe_encoder(model.encoder, probe_train, test)
 show_table([{"encoder": "random init", **random_probe}, {"encoder": f"SimCLR, {cfg.steps} steps", **trained_probe}])
 plot_curves({"step": history.series("step"), "NT-Xent": history.series("loss")})
 plt.show()
@@ -264,11 +264,11 @@ for b in cfg.sweep_batches:
     m = build_simclr()
     o = torch.optim.Adam(m.parameters(), lr=cfg.lr)
     gg = torch.Generator().manual_seed(cfg.seed)
-    fit(simclr_step(m, o, augment, gg), lambda e: train.batches(b, generator=gg),
+    fit(make_step(m, o, augment=augment, generator=gg), train.batches(b, seed=cfg.seed),
         steps=max(1, cfg.sweep_images // b), desc=f"batch {b}", progress=False)
-    act = measure(lambda: simclr_step(m, o, augment, gg)((train.images[:b], None)), model=m).activation_bytes
+    act = measure(lambda: make_step(m, o, augment=augment, generator=gg)((train.images[:b], None)), model=m).activation_bytes
     sweep.append({"batch": b, "steps": max(1, cfg.sweep_images // b), "candidates per anchor": 2 * b - 1,
-                  "activation MB": act / 1e6, **probe_encoder(m.backbone, probe_train, test)})
+                  "activation MB": act / 1e6, **probe_encoder(m.encoder, probe_train, test)})
 show_table(sweep)
 
 # %%
@@ -337,16 +337,16 @@ no_colour = build_simclr()
 o = torch.optim.Adam(no_colour.parameters(), lr=cfg.lr)
 gen = torch.Generator().manual_seed(cfg.seed)
 no_colour_augment = SimCLRAugment(cfg.image_size, crop_scale=cfg.crop_scale, color=False, rotate=cfg.rotate)
-history_nc = fit(simclr_step(no_colour, o, no_colour_augment, gen),
-                 lambda e: train.batches(cfg.batch, generator=gen), steps=cfg.ablation_steps,
+history_nc = fit(make_step(no_colour, o, augment=no_colour_augment, generator=gen),
+                 train.batches(cfg.batch, seed=cfg.seed), steps=cfg.ablation_steps,
                  desc="SimCLR, no colour")
 at = min(cfg.ablation_steps, len(losses))                  # compare losses at the same step
 loss_nc = history_nc.series("loss")
 colour_rows = [
     {"augmentation": "with colour jitter", f"loss at step {at}": sum(losses[at - 3:at]) / len(losses[at - 3:at]),
-     "colour R² of features": colour_r2(model.backbone), **trained_probe},
+     "colour R² of features": colour_r2(model.encoder), **trained_probe},
     {"augmentation": "no colour distortion", f"loss at step {at}": sum(loss_nc[-3:]) / len(loss_nc[-3:]),
-     "colour R² of features": colour_r2(no_colour.backbone), **probe_encoder(no_colour.backbone, probe_train, test)},
+     "colour R² of features": colour_r2(no_colour.encoder), **probe_encoder(no_colour.encoder, probe_train, test)},
 ]
 show_table(colour_rows)
 

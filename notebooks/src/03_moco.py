@@ -34,9 +34,8 @@ from course_utils.data import load_dataset
 from course_utils.evaluate import knn_probe, probe_encoder
 from course_utils.ledger import measure
 from course_utils.models import ProjectionHead, SmallResNet
-from course_utils.objectives.moco import FeatureQueue, MoCo, encode_in_groups
-from course_utils.objectives.simclr import SimCLR
-from course_utils.objectives.steps import indexed_batches, moco_step, simclr_step
+from course_utils.objectives import MoCo, SimCLR, make_step
+from course_utils.objectives.moco import FeatureQueue, encode_in_groups
 from course_utils.plots import plot_curves
 from course_utils.report import headline, show_table
 from course_utils.runtime import setup
@@ -75,9 +74,8 @@ print(train, test, sep="\n")
 def build_moco(momentum=0.99, queue=cfg.queue, seed=cfg.seed):
     torch.manual_seed(seed)
     backbone = SmallResNet(width=cfg.width, blocks=cfg.blocks)
-    encoder = nn.Sequential(backbone, ProjectionHead(backbone.feature_dim, 128, cfg.dim))
-    return MoCo(encoder, dim=cfg.dim, queue_size=queue, momentum=momentum,
-                temperature=cfg.temperature, bn_groups=2).to(device)
+    return MoCo(backbone, ProjectionHead(backbone.feature_dim, 128, cfg.dim), queue_size=queue,
+                momentum=momentum, temperature=cfg.temperature, bn_groups=2).to(device)
 
 # %% [markdown]
 # ## The problem
@@ -161,16 +159,16 @@ for b in (8, 16, cfg.batch):
 # %%
 moco = build_moco()
 opt = torch.optim.Adam(moco.query_encoder.parameters(), lr=cfg.lr)
-mstep = moco_step(moco, opt, augment, torch.Generator().manual_seed(0))
+mstep = make_step(moco, opt, augment=augment, generator=torch.Generator().manual_seed(0))
 mstep((x, None))
-rec_moco = measure(lambda: mstep((x, None)), model=moco, optimizer=opt, caches=(moco.queue,),
-                   encoders={"images through f_q": moco.query_encoder, "images through f_k": moco.key_encoder})
+rec_moco = measure(lambda: mstep((x, None)), model=moco, optimizer=opt, caches=moco.caches,
+                   encoders=moco.ledger_encoders)
 
 torch.manual_seed(cfg.seed)
 bb = SmallResNet(width=cfg.width, blocks=cfg.blocks)
 simclr = SimCLR(bb, ProjectionHead(bb.feature_dim, 128, cfg.dim)).to(device)
 sopt = torch.optim.Adam(simclr.parameters(), lr=cfg.lr)
-sstep = simclr_step(simclr, sopt, augment, torch.Generator().manual_seed(0))
+sstep = make_step(simclr, sopt, augment=augment, generator=torch.Generator().manual_seed(0))
 rec_simclr = measure(lambda: sstep((x, None)), model=simclr, optimizer=sopt)
 simclr_per_image = rec_simclr.activation_bytes / cfg.batch
 simclr_for_k = simclr_per_image * (cfg.queue // 2 + 1)
@@ -190,7 +188,7 @@ assert moco.queue.keys.shape == (cfg.queue, cfg.dim) and queue_buffer_bytes == c
 assert rec_moco.cache_bytes >= queue_buffer_bytes            # keys (+ the small age/id bookkeeping)
 assert rec_moco.cache_bytes < 2 * queue_buffer_bytes
 assert simclr_for_k > 20 * rec_moco.cache_bytes, "K in-batch negatives cost far more than K cached keys"
-assert rec_moco.encoded["images through f_k"] == cfg.batch  # keys: encoded, never back-propagated
+assert rec_moco.encoded["key encoder images"] == cfg.batch  # keys: encoded, never back-propagated
 
 # %% [markdown]
 # ### Experiment: momentum 0 vs 0.99, and how stale the queue is
@@ -229,9 +227,9 @@ for m in (0.99, 0.0):
     o = torch.optim.AdamW(mm.query_encoder.parameters(), lr=cfg.lr, weight_decay=1e-4)
     gg = torch.Generator().manual_seed(cfg.seed)
     snaps = KeySnapshots(mm, fixed, keep=cfg.stale_steps)
-    watch = [EvalEvery(cfg.knn_every, lambda mm=mm: {"knn": knn_probe(mm.query_encoder[0], probe_train, test)})] if m else []
+    watch = [EvalEvery(cfg.knn_every, lambda mm=mm: {"knn": knn_probe(mm.encoder, probe_train, test)})] if m else []
     # the m=0 run only has to show staleness (keys live K/B steps), so it is shorter
-    h = fit(moco_step(mm, o, augment, gg), lambda e: indexed_batches(train, cfg.batch, gg),
+    h = fit(make_step(mm, o, augment=augment, generator=gg), train.batches(cfg.batch, seed=cfg.seed, with_ids=True),
             steps=cfg.steps if m else cfg.stale_steps, callbacks=[snaps, *watch], desc=f"MoCo m={m}")
     runs[m] = dict(model=mm, history=h, ages=mm.queue.ages()[mm.queue.filled()].cpu(), drift=snaps.drift())
 
@@ -278,8 +276,8 @@ assert fast["cos at max age"] < fast["cos at age 1"], "keys go stale with age"
 # ### Experiment: probe against random init
 
 # %%
-random_probe = probe_encoder(build_moco().query_encoder[0], probe_train, test)
-probes = {m: probe_encoder(r["model"].query_encoder[0], probe_train, test) for m, r in runs.items()}
+random_probe = probe_encoder(build_moco().encoder, probe_train, test)
+probes = {m: probe_encoder(r["model"].encoder, probe_train, test) for m, r in runs.items()}
 show_table([{"encoder": "random init", **random_probe}] +
            [{"encoder": f"MoCo m={m}, {runs[m]['history'].series('step')[-1]} steps", **p}
             for m, p in probes.items()])

@@ -30,7 +30,7 @@ from course_utils.data import load_dataset, load_photo
 from course_utils.ledger import measure
 from course_utils.models import ViT
 from course_utils.objectives.mae import MAE, masked_mse, patch_targets, random_masking, restore_order
-from course_utils.objectives.steps import mae_step
+from course_utils.objectives import make_step
 from course_utils.plots import image_grid, plot_curves
 from course_utils.report import headline, show_table
 from course_utils.runtime import setup
@@ -110,9 +110,9 @@ images = train.images[:cfg.batch]
 L = vit.num_patches
 kept = int(L * (1 - model.mask_ratio))
 opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.05)
-step = mae_step(model, opt, torch.Generator().manual_seed(1))
+step = make_step(model, opt, generator=torch.Generator().manual_seed(1))
 record = measure(lambda: step((images, None)), model=model, optimizer=opt,
-                 encoders={"patches into the encoder": vit.blocks[0], "patches into the decoder": model.decoder.blocks[0]})
+                 encoders=model.ledger_encoders)   # tokens entering the encoder and the decoder
 print(f"L = {L} patches per image, {kept} visible")
 print(record)
 
@@ -123,8 +123,8 @@ print(record)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-assert record.encoded["patches into the encoder"] == cfg.batch * kept, record.encoded
-assert record.encoded["patches into the decoder"] == cfg.batch * L, record.encoded
+assert record.encoded["encoder tokens"] == cfg.batch * kept, record.encoded
+assert record.encoded["decoder tokens"] == cfg.batch * L, record.encoded
 
 # %% [markdown]
 # **Order is restored exactly**: `ids_restore` inverts the shuffle for every sample
@@ -167,7 +167,7 @@ def encoder_forward_flops(mask_tokens_in_encoder, ratio=0.75):
     v = ViT(image_size=cfg.image_size, patch_size=cfg.patch, dim=cfg.dim, depth=cfg.depth, heads=4).to(device)
     mm = MAE(v, mask_ratio=ratio, decoder_dim=64, mask_tokens_in_encoder=mask_tokens_in_encoder).to(device)
     with torch.no_grad():
-        return measure(lambda: mm.encode(images), model=mm).forward_flops, v
+        return measure(lambda: mm.forward_encoder(images), model=mm).forward_flops, v
 
 
 def predicted_block_ratio(length, visible, dim, mlp_ratio=2):
@@ -204,7 +204,7 @@ def seconds_per_step(mask_tokens_in_encoder, steps=5):
     v = ViT(image_size=cfg.image_size, patch_size=cfg.patch, dim=cfg.timing_dim, depth=cfg.timing_depth, heads=4).to(device)
     mm = MAE(v, mask_ratio=0.75, decoder_dim=64, mask_tokens_in_encoder=mask_tokens_in_encoder).to(device)
     o = torch.optim.AdamW(mm.parameters(), lr=cfg.lr)
-    s = mae_step(mm, o, torch.Generator().manual_seed(0))
+    s = make_step(mm, o, generator=torch.Generator().manual_seed(0))
     batch = (train.images[:cfg.timing_batch], None)
     s(batch)                                              # warm-up
     times = []
@@ -235,8 +235,8 @@ assert speedup > cfg.min_speedup, f"visible-only MAE step only {speedup:.2f}x fa
 
 # %%
 gen = torch.Generator().manual_seed(cfg.seed)
-step = mae_step(model, opt, gen)
-history = fit(step, lambda epoch: train.batches(cfg.batch, generator=gen), steps=cfg.steps, desc="MAE")
+step = make_step(model, opt, generator=gen)
+history = fit(step, train.batches(cfg.batch, seed=cfg.seed), steps=cfg.steps, desc="MAE")
 photo = torch.stack([load_photo(n, cfg.image_size) for n in ("rocket", "coffee", "chelsea", "astronaut")]).to(device)
 model.eval()
 masked_in, recon, _ = model.reconstruct(photo, torch.Generator().manual_seed(5))
@@ -279,10 +279,10 @@ for ratio in cfg.sweep_ratios:
     mm = MAE(v, mask_ratio=ratio, decoder_dim=64).to(device)
     o = torch.optim.AdamW(mm.parameters(), lr=cfg.lr, weight_decay=0.05)
     gg = torch.Generator().manual_seed(cfg.seed)
-    h = fit(mae_step(mm, o, gg), lambda epoch: train.batches(cfg.batch, generator=gg),
+    h = fit(make_step(mm, o, generator=gg), train.batches(cfg.batch, seed=cfg.seed),
             steps=cfg.sweep_steps, desc=f"mask {ratio}", progress=False)
     with torch.no_grad():
-        flops = measure(lambda: mm.encode(images), model=mm).forward_flops
+        flops = measure(lambda: mm.forward_encoder(images), model=mm).forward_flops
     sweep.append({"mask ratio": ratio, "visible tokens": int(L * (1 - ratio)),
                   "encoder GFLOPs": flops / 1e9, "share of full": (flops - embed_flops) / (full_flops - embed_flops),
                   "final masked MSE": sum(h.series("loss")[-5:]) / len(h.series("loss")[-5:])})

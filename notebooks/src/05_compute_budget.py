@@ -32,11 +32,7 @@ from course_utils.data import load_dataset
 from course_utils.evaluate import probe_encoder
 from course_utils.ledger import measure
 from course_utils.models import MLP, ProjectionHead, SmallResNet, ViT, count_parameters
-from course_utils.objectives.mae import MAE
-from course_utils.objectives.moco import MoCo
-from course_utils.objectives.simclr import SimCLR
-from course_utils.objectives.steps import mae_step, moco_step, simclr_step, supervised_step
-from course_utils.objectives.supervised import Supervised
+from course_utils.objectives import MAE, MoCo, SimCLR, Supervised, make_step
 from course_utils.report import headline, show_table
 from course_utils.runtime import setup
 from course_utils.scales import config
@@ -83,29 +79,24 @@ num_classes = len(train.classes)
 
 # %%
 def build(name, seed=cfg.seed):
-    """-> (model, encoder to probe, step function, encoders to count) for one objective."""
+    """-> (objective, optimizer, step): one constructor call per objective, one step builder."""
     torch.manual_seed(seed)
-    g = torch.Generator().manual_seed(seed)
     if name == "MAE":
         vit = ViT(image_size=cfg.image_size, patch_size=4, dim=cfg.vit_dim, depth=4, heads=4)
         model = MAE(vit, mask_ratio=0.75, decoder_dim=32).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=1.5e-3, weight_decay=0.05)
-        return model, vit, mae_step(model, opt, g), {"encoder tokens": vit.blocks[0]}, opt
+        return model, opt, make_step(model, opt, generator=torch.Generator().manual_seed(seed))
     backbone = SmallResNet(width=cfg.width)
-    if name == "supervised":
-        model = Supervised(backbone, backbone.feature_dim, num_classes).to(device)
-        opt = torch.optim.Adam(model.parameters(), lr=2e-3)
-        return model, backbone, supervised_step(model, opt, augment, g), {"encoder images": backbone}, opt
-    head = ProjectionHead(backbone.feature_dim, 128, 64)
-    if name == "SimCLR":
-        model = SimCLR(backbone, head, 0.5).to(device)
-        opt = torch.optim.Adam(model.parameters(), lr=2e-3)
-        return model, backbone, simclr_step(model, opt, augment, g), {"encoder images": backbone}, opt
-    model = MoCo(nn.Sequential(backbone, head), dim=64, queue_size=1024, momentum=0.99,
-                 temperature=0.2, bn_groups=2).to(device)
-    opt = torch.optim.Adam(model.query_encoder.parameters(), lr=2e-3)
-    return (model, backbone, moco_step(model, opt, augment, g),
-            {"encoder images": backbone, "key encoder images": model.key_encoder[0]}, opt)
+    head = {"supervised": lambda: nn.Linear(backbone.feature_dim, num_classes),
+            "SimCLR": lambda: ProjectionHead(backbone.feature_dim, 128, 64),
+            "MoCo": lambda: ProjectionHead(backbone.feature_dim, 128, 64)}[name]()
+    model = {"supervised": lambda: Supervised(backbone, head),
+             "SimCLR": lambda: SimCLR(backbone, head, temperature=0.5),
+             "MoCo": lambda: MoCo(backbone, head, queue_size=1024, momentum=0.99, temperature=0.2,
+                                  bn_groups=2)}[name]().to(device)
+    # the key encoder of MoCo is trained by EMA, not by the optimizer
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=2e-3)
+    return model, opt, make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(seed))
 
 
 def core_seconds():
@@ -122,15 +113,15 @@ batch = (train.images[:cfg.batch], train.labels[:cfg.batch])
 # %%
 ledgers = {}
 for name in OBJECTIVES:
-    model, encoder, step, encoders, opt = build(name)
+    model, opt, step = build(name)
     step(batch)                                                  # optimizer state exists now
-    caches = (model.queue,) if name == "MoCo" else ()
-    rec = measure(lambda: step(batch), model=model, optimizer=opt, caches=caches, encoders=encoders)
+    rec = measure(lambda: step(batch), model=model, optimizer=opt, caches=model.caches,
+                  encoders=model.ledger_encoders)
     start = core_seconds()
     for _ in range(3):
         step(batch)
     seconds = (core_seconds() - start) / 3
-    ledgers[name] = dict(record=rec, seconds=seconds, encoder=encoder)
+    ledgers[name] = dict(record=rec, seconds=seconds)
 
 table = []
 for name, r in ledgers.items():
@@ -168,12 +159,12 @@ assert rec["SimCLR"].flops > 1.8 * rec["supervised"].flops
 # %%
 results = []
 for name in OBJECTIVES:
-    model, encoder, step, _, _ = build(name)
+    model, _, step = build(name)
+    encoder = model.encoder
     random_acc = probe_encoder(encoder, probe_train, test)["linear"]
     steps = max(1, int(cfg.budget_gflops * 1e9 / ledgers[name]["record"].flops))
-    gen = torch.Generator().manual_seed(cfg.seed)
     start = core_seconds()
-    fit(step, lambda e: train.batches(cfg.batch, generator=gen), steps=steps, desc=name, progress=False)
+    fit(step, train.batches(cfg.batch, seed=cfg.seed), steps=steps, desc=name, progress=False)
     seconds = core_seconds() - start
     acc = probe_encoder(encoder, probe_train, test)["linear"]
     results.append({"objective": name, "steps": steps, "images seen": steps * cfg.batch,
@@ -275,17 +266,7 @@ for h in cfg.alloc_widths:
     bsz = 64
     steps = max(1, int(cfg.alloc_budget_mflops * 1e6 / (6 * n * bsz)))
     o = torch.optim.Adam(net.parameters(), lr=3e-3)
-    gg = torch.Generator().manual_seed(cfg.seed)
-
-    def sstep(batch_):
-        images_, labels_ = batch_
-        o.zero_grad(set_to_none=True)
-        loss_ = F.cross_entropy(net(images_), labels_)
-        loss_.backward()
-        o.step()
-        return loss_.detach()
-
-    fit(sstep, lambda e: digits_train.batches(bsz, generator=gg), steps=steps, progress=False)
+    fit(make_step(Supervised(net), o), digits_train.batches(bsz, seed=cfg.seed), steps=steps, progress=False)
     with torch.no_grad():
         logits = net(digits_test.images)
         alloc.append({"hidden": h, "N params": n, "steps": steps,

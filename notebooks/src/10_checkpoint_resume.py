@@ -71,7 +71,7 @@ def make_run(model_seed=0, steps=cfg.steps):
     model = MLP(64, cfg.hidden, 10, layers=3).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
-    data = ck.EpochBatches(train.images, train.labels, batch_size=cfg.batch, seed=1)
+    data = train.batches(cfg.batch, seed=1)
 
     def step(batch):
         x, y = batch
@@ -213,9 +213,10 @@ def make_moco(model_seed=0):
     torch.manual_seed(model_seed)
     net, queue = MoCoToy().to(device), FeatureQueue(cfg.queue, 16).to(device)
     opt = torch.optim.SGD(net.q.parameters(), lr=0.1, momentum=0.9)
-    data = ck.EpochBatches(train.images, batch_size=cfg.batch, seed=2)
+    data = train.batches(cfg.batch, seed=2)
 
-    def step(x):
+    def step(batch):
+        x, _ = batch
         q = F.normalize(net.q(x + 0.1 * torch.randn_like(x)), dim=1)
         with torch.no_grad():
             for pk, pq in zip(net.k.parameters(), net.q.parameters()):

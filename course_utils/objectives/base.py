@@ -1,0 +1,114 @@
+"""The one contract every objective keeps, and the one step builder that trains any of them.
+
+An objective is an ``nn.Module`` with
+
+    training_loss(batch, *, augment=None, generator=None) -> dict   at least {"loss": scalar}
+    encoder          the module a probe evaluates (images -> features)
+    caches           tensors or modules kept across steps (booked by the ledger as "cached")
+    ledger_encoders  name -> module whose inputs the ledger counts as "encoded now"
+
+A batch is ``images``, ``(images, labels)`` or ``(images, labels, ids)`` (ids index the dataset;
+MoCo stores them with its keys to measure staleness). ``augment(images, generator)`` makes one
+view; the objective decides how many views it needs. ``make_step`` turns any objective into a
+``step(batch) -> {"loss", ...}`` for ``course_utils.train.fit``.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import NamedTuple
+
+import torch
+import torch.nn as nn
+
+from .. import checks
+
+
+class Batch(NamedTuple):
+    images: torch.Tensor
+    labels: torch.Tensor | None = None
+    ids: torch.Tensor | None = None
+
+    def chunk(self, parts: int) -> list["Batch"]:
+        """Split every present field into ``parts`` equal micro-batches along the batch dim."""
+        if self.images.shape[0] % parts:
+            raise ValueError(f"batch of {self.images.shape[0]} is not divisible into {parts} "
+                             "micro-batches; pick a batch size that is a multiple of accumulation")
+        fields = [t.chunk(parts) if t is not None else [None] * parts for t in self]
+        return [Batch(*f) for f in zip(*fields)]
+
+
+def as_batch(batch) -> Batch:
+    """images | (images, labels) | (images, labels, ids) -> Batch."""
+    if isinstance(batch, torch.Tensor):
+        return Batch(batch)
+    if not isinstance(batch, (tuple, list)) or len(batch) not in (2, 3):
+        raise ValueError("a batch must be images, (images, labels) or (images, labels, ids), "
+                         f"got {type(batch).__name__}" + (f" of length {len(batch)}" if isinstance(batch, (tuple, list)) else ""))
+    checks.tensor(batch[0], "batch images", shape_hint="B×... (B×C×H×W for images)")
+    return Batch(*batch)
+
+
+class Objective(nn.Module):
+    """Base class: subclasses set ``self.encoder`` and implement ``training_loss``."""
+
+    encoder: nn.Module
+
+    def training_loss(self, batch, *, augment=None, generator: torch.Generator | None = None) -> dict:
+        raise NotImplementedError
+
+    @property
+    def caches(self) -> tuple:
+        return ()
+
+    @property
+    def ledger_encoders(self) -> dict:
+        return {"encoder images": self.encoder}
+
+
+def make_step(model: Objective, optimizer: torch.optim.Optimizer, *, augment=None,
+              generator: torch.Generator | None = None, accumulation: int = 1,
+              autocast: torch.dtype | None = None, scheduler=None):
+    """-> ``step(batch)``: forward, backward and one optimizer update; returns {"loss", ...}.
+
+    accumulation=k splits the batch into k micro-batches whose gradients are summed (each scaled
+    by 1/k) before one update: the same images are back-propagated, but a contrastive anchor sees
+    only the candidates of its own micro-batch, and MoCo updates its key encoder and queue once
+    per micro-batch. autocast (torch.bfloat16 or torch.float16) runs forward under
+    ``torch.autocast``; float16 adds a GradScaler (fp16 gradients underflow without one).
+    scheduler (a torch LR scheduler) is stepped after every update and its LR reported as "lr".
+    """
+    checks.instance(model, "model", Objective, what="a course_utils.objectives objective "
+                    "(Supervised, SimCLR, MoCo or MAE)")
+    checks.instance(optimizer, "optimizer", torch.optim.Optimizer)
+    checks.generator(generator)
+    checks.positive_int(accumulation, "accumulation")
+    if autocast is not None:
+        checks.choice(autocast, "autocast", (torch.bfloat16, torch.float16))
+    device_type = next(model.parameters()).device.type
+    scaler = torch.amp.GradScaler(device_type) if autocast == torch.float16 else None
+
+    def forward_context():
+        if autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type, dtype=autocast)
+
+    def step(batch) -> dict:
+        micro_batches = as_batch(batch).chunk(accumulation)
+        optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for micro in micro_batches:
+            with forward_context():
+                loss = model.training_loss(micro, augment=augment, generator=generator)["loss"] / accumulation
+            (scaler.scale(loss) if scaler else loss).backward()
+            total += loss.detach()
+        if scaler:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        metrics = {"loss": total}
+        if scheduler is not None:
+            scheduler.step()
+            metrics["lr"] = scheduler.get_last_lr()[0]
+        return metrics
+    return step

@@ -17,7 +17,8 @@ from course_utils import augment
 from course_utils.data import load_dataset, make_shapes
 from course_utils.evaluate import linear_probe
 from course_utils.models import SmallResNet
-from course_utils.train import fit, supervised_step
+from course_utils.objectives import Supervised, make_step
+from course_utils.train import fit
 
 
 def _seconds(fn, repeats: int = 1) -> float:
@@ -75,21 +76,19 @@ def difficulty(quick: bool) -> dict:
     torch.manual_seed(0)
     model = SmallResNet(width=16, num_classes=len(train.classes))
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=5e-4)
-    g = torch.Generator().manual_seed(0)
-    update = supervised_step(model, opt)
 
-    def step(batch):  # crop + flip on the batch, then the plain supervised update
-        x, y = batch
+    def crop_and_flip(x, g):
         x = augment.random_resized_crop(x, image, scale=(0.5, 1.0), generator=g)
-        return update((augment.horizontal_flip(x, generator=g), y))
+        return augment.horizontal_flip(x, generator=g)
 
+    step = make_step(Supervised(model), opt, augment=crop_and_flip, generator=torch.Generator().manual_seed(0))
     start = time.perf_counter()
-    fit(step, lambda epoch: train.batches(128, generator=g), steps=steps, progress=False)
+    fit(step, train.batches(128), steps=steps, progress=False)
     train_seconds = time.perf_counter() - start
     model.eval()
     with torch.no_grad():
         encoder = sum((model(x).argmax(1) == y).sum().item()
-                      for x, y in test.batches(500, shuffle=False, drop_last=False)) / len(test)
+                      for x, y in test.batches(500, shuffle=False, drop_last=False)(0)) / len(test)
     return {"image_size": image, "chance": 1 / len(train.classes),
             "raw_pixel_linear_probe": round(raw, 4), "raw_probe_train_images": n_train,
             "supervised_resnet_w16_accuracy": round(encoder, 4), "supervised_steps": steps,

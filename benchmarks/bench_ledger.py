@@ -9,7 +9,7 @@ import torch
 
 from course_utils.ledger import LEDGER_LINES, measure, predict_step
 from course_utils.models import MLP, SmallResNet
-from course_utils.train import supervised_step
+from course_utils.objectives import Supervised, make_step
 
 OPTIMIZERS = {
     "sgd": lambda p: torch.optim.SGD(p, lr=0.1),
@@ -40,7 +40,7 @@ def run(quick: bool = False) -> dict:
         model = make()
         opt = OPTIMIZERS[opt_name](model.parameters())
         x, y = torch.rand(batch, 3, image, image), torch.randint(0, 8, (batch,))
-        step = supervised_step(model, opt)
+        step = make_step(Supervised(model), opt)
         measured = measure(lambda: step((x, y)), model=model, optimizer=opt)
         predicted = predict_step(model, x.shape, optimizer=opt_name)
         ratios = {line: (predicted[line] / getattr(measured, line) if getattr(measured, line) else

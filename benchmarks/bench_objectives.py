@@ -21,6 +21,7 @@ and what a few CPU minutes of SimCLR / MoCo buy over a random encoder.
 """
 from __future__ import annotations
 
+import itertools
 import time
 
 import torch
@@ -30,10 +31,9 @@ from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
 from course_utils.evaluate import probe_encoder
 from course_utils.models import ProjectionHead, SmallResNet, ViT
-from course_utils.objectives.mae import MAE, random_masking
-from course_utils.objectives.moco import MoCo
-from course_utils.objectives.simclr import SimCLR, nt_xent_loss
-from course_utils.objectives.steps import indexed_batches, mae_step, moco_step, simclr_step
+from course_utils.objectives import MAE, MoCo, SimCLR, make_step
+from course_utils.objectives.mae import random_masking
+from course_utils.objectives.simclr import nt_xent_loss
 
 
 # ------------------------------------------------------------------ 1. SimCLR pipeline throughput
@@ -113,8 +113,9 @@ def _data_seconds(batches, steps: int) -> float:
 
 
 def _kit_views(train, batch, aug, g):
-    for _ in range(100):
-        for images, _ in train.batches(batch, generator=g):
+    batches = train.batches(batch)
+    for epoch in range(100):
+        for images, _ in batches(epoch):
             yield aug(images, g), aug(images, g)
 
 
@@ -138,8 +139,8 @@ def _throughput_one(image_size: int, width: int, batch: int, steps: int, worker_
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     aug, g = SimCLRAugment(image_size), torch.Generator().manual_seed(0)
     kit_name = "kit (batched tensor augment + nt_xent_loss)"
-    kit_s = _time_steps(simclr_step(model, opt, aug, g),
-                        (b for _ in range(100) for b in train.batches(batch, generator=g)), steps)
+    kit_s = _time_steps(make_step(model, opt, augment=aug, generator=g),
+                        (b for epoch in range(100) for b in train.batches(batch)(epoch)), steps)
     rows = {kit_name: steps * batch / kit_s}
     data_s = {"kit batched augment": _data_seconds(_kit_views(train, batch, aug, g), steps) / steps}
 
@@ -233,7 +234,7 @@ def mae(quick: bool) -> dict:
         model = MAE(vit, mask_ratio=0.75, decoder_dim=64, decoder_depth=1,
                     mask_tokens_in_encoder=in_encoder)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        step = mae_step(model, opt, torch.Generator().manual_seed(0))
+        step = make_step(model, opt, generator=torch.Generator().manual_seed(0))
         times["mask_tokens_in_encoder" if in_encoder else "visible_only"] = (
             _time_steps_cpu(step, iter(lambda: images, None), steps) / steps)
     ratio_main = _mae_flop_ratio(image_size, patch, dim, depth)
@@ -254,10 +255,10 @@ def _core_seconds() -> float:
     return time.process_time() / torch.get_num_threads()
 
 
-def _train_for(step, train, batch, seconds, generator) -> int:
-    done, start = 0, _core_seconds()
-    while True:
-        for b in indexed_batches(train, batch, generator):
+def _train_for(step, train, batch, seconds) -> int:
+    done, start, batches = 0, _core_seconds(), train.batches(batch, with_ids=True)
+    for epoch in itertools.count():
+        for b in batches(epoch):
             step(b)
             done += 1
             if _core_seconds() - start > seconds:
@@ -287,13 +288,12 @@ def ssl_quality(quick: bool, seconds: float | None = None) -> dict:
         if name == "simclr":
             model = SimCLR(backbone, head, temperature=0.2)
             opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-4)
-            step = simclr_step(model, opt, aug, g)
+            step = make_step(model, opt, augment=aug, generator=g)
         else:
-            model = MoCo(torch.nn.Sequential(backbone, head), dim=64, queue_size=1024,
-                         momentum=0.99, temperature=0.2, bn_groups=2)
+            model = MoCo(backbone, head, queue_size=1024, momentum=0.99, temperature=0.2, bn_groups=2)
             opt = torch.optim.AdamW(model.query_encoder.parameters(), lr=2e-3, weight_decay=1e-4)
-            step = moco_step(model, opt, aug, g)
-        steps = _train_for(step, train, batch, seconds, g)
+            step = make_step(model, opt, augment=aug, generator=g)
+        steps = _train_for(step, train, batch, seconds)
         probe = probe_encoder(backbone, probe_train, test)
         out[name] = {"steps": steps, **probe,
                      "linear_gain_points": 100 * (probe["linear"] - random_probe["linear"])}

@@ -18,13 +18,12 @@ The script prints what it measured; record it in the issue rather than trusting 
 
 A full run writes benchmarks/results/gpu_simclr_cifar10.json; --smoke writes only with --out.
 Everything it uses is the kit's own code: load_dataset, SimCLRAugment (batched, on the GPU),
-SimCLR + nt_xent_loss, simclr_step, fit, extract_features, knn_accuracy.
+SimCLR + nt_xent_loss, make_step, fit, extract_features, knn_accuracy.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -38,8 +37,7 @@ from course_utils.augment import SimCLRAugment  # noqa: E402
 from course_utils.data import load_dataset  # noqa: E402
 from course_utils.evaluate import knn_probe  # noqa: E402
 from course_utils.models import ProjectionHead, build_encoder  # noqa: E402
-from course_utils.objectives.simclr import SimCLR  # noqa: E402
-from course_utils.objectives.steps import simclr_step  # noqa: E402
+from course_utils.objectives import SimCLR, make_step  # noqa: E402
 from course_utils.runtime import seed_everything  # noqa: E402
 from course_utils.train import Callback, EvalEvery, fit  # noqa: E402
 
@@ -88,12 +86,11 @@ class TrainingClock:
 
 
 def cosine_with_warmup(optimizer, warmup_steps: int, total_steps: int):
-    def factor(step):
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    """Linear warm-up to the base LR over ``warmup_steps``, then cosine decay to 0."""
+    warmup = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=1 / max(1, warmup_steps),
+                                               total_iters=max(1, warmup_steps - 1))
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, total_steps - warmup_steps))
+    return torch.optim.lr_scheduler.SequentialLR(optimizer, [warmup, cosine], milestones=[warmup_steps])
 
 
 def run(cfg: dict, device: torch.device, download: bool = False) -> dict:
@@ -119,14 +116,13 @@ def run(cfg: dict, device: torch.device, download: bool = False) -> dict:
     # CIFAR recipe of SimCLR: crops down to 8% of the image, colour strength 0.5, no blur
     augment = SimCLRAugment(cfg["image_size"], crop_scale=(0.08, 1.0), color_strength=0.5)
     generator = torch.Generator(device=device).manual_seed(0)
-    inner = simclr_step(model, optimizer, augment, generator)
 
-    def step(batch):
-        images = batch[0].contiguous(memory_format=torch.channels_last) if cuda else batch[0]
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
-            out = inner((images, None))
-        schedule.step()
-        return out
+    def views(images, gen):
+        view = augment(images, gen)
+        return view.contiguous(memory_format=torch.channels_last) if cuda else view
+
+    step = make_step(model, optimizer, augment=views, generator=generator,
+                     autocast=torch.bfloat16 if cuda else None, scheduler=schedule)
 
     clock = TrainingClock(device)
 
@@ -141,7 +137,7 @@ def run(cfg: dict, device: torch.device, download: bool = False) -> dict:
     evaluator = EvalEvery(steps_per_epoch * cfg["eval_every_epochs"], knn_with_clock_paused, at_end=True)
     callbacks = [TimeLimit(cfg["minutes"] * 60, clock), evaluator]
     clock.start()
-    history = fit(step, lambda epoch: train.batches(cfg["batch"], generator=generator),
+    history = fit(step, train.batches(cfg["batch"], seed=0),
                   steps=total_steps, callbacks=callbacks, desc="SimCLR ResNet-18 CIFAR-10")
     clock.pause()
     seconds = clock.training_seconds()

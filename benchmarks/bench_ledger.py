@@ -10,12 +10,9 @@ import torch
 from course_utils.ledger import LEDGER_LINES, measure, predict_step
 from course_utils.models import MLP, SmallResNet
 from course_utils.objectives import Supervised, make_step
+from course_utils.optim import make_optimizer
 
-OPTIMIZERS = {
-    "sgd": lambda p: torch.optim.SGD(p, lr=0.1),
-    "sgd-momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
-    "adam": lambda p: torch.optim.Adam(p, lr=1e-3),
-}
+LEARNING_RATES = {"sgd": 0.1, "sgd-momentum": 0.1, "adam": 1e-3}  # names in course_utils.optim
 
 
 def configurations(quick: bool):
@@ -29,7 +26,7 @@ def configurations(quick: bool):
     batches = (4, 16) if quick else (8, 32, 128)
     for name, make in models.items():
         for batch in batches:
-            for opt in ("sgd", "adam") if quick else OPTIMIZERS:
+            for opt in ("sgd", "adam") if quick else LEARNING_RATES:
                 yield name, make, batch, opt, image
 
 
@@ -38,7 +35,7 @@ def run(quick: bool = False) -> dict:
     for name, make, batch, opt_name, image in configurations(quick):
         torch.manual_seed(0)
         model = make()
-        opt = OPTIMIZERS[opt_name](model.parameters())
+        opt = make_optimizer(opt_name, model.parameters(), lr=LEARNING_RATES[opt_name])
         x, y = torch.rand(batch, 3, image, image), torch.randint(0, 8, (batch,))
         step = make_step(Supervised(model), opt)
         measured = measure(lambda: step((x, y)), model=model, optimizer=opt)

@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from course_utils import memory as M  # noqa: E402
-from course_utils.ledger import measure  # noqa: E402
+from course_utils.ledger import measure, measure_tinygpt, recompute_tradeoff  # noqa: E402
 from course_utils.models import MLP, SmallResNet  # noqa: E402
+from course_utils.optim import make_optimizer  # noqa: E402
 
 TINYGPT = {  # name: (layers, hidden, heads, vocab, seq, batch)
     "L1 h32 s16 b2": (1, 32, 4, 50, 16, 2),
@@ -37,7 +38,7 @@ def _kit_model_rows(device):
     for name, model, shape in [("MLP 3x128 b32", MLP(64, 128, 10, layers=3), (32, 64)),
                                ("SmallResNet w8 b8", SmallResNet(8, num_classes=10), (8, 3, 16, 16))]:
         model = model.to(device)
-        opt = torch.optim.Adam(model.parameters())
+        opt = make_optimizer("adam", model.parameters())
         x, y = torch.rand(shape, device=device), torch.randint(10, (shape[0],), device=device)
 
         def step():
@@ -60,7 +61,7 @@ def run(quick: bool) -> dict:
     predictor = []
     for name, cfg in configs.items():
         for mode in M.RECOMPUTE_MODES:
-            rec, _ = M.measure_tinygpt(*cfg, recompute=mode, steps=2, device=device)
+            rec, _ = measure_tinygpt(*cfg, recompute=mode, steps=2, device=device)
             pred = M.transformer_memory(*cfg, recompute=mode)
             row = {"config": name, "recompute": mode,
                    "activations": rec.activation_bytes / pred["activations"],
@@ -73,11 +74,11 @@ def run(quick: bool) -> dict:
     predictor += _kit_model_rows(device)
 
     big = (4, 128, 8, 256, 64, 4) if quick else (6, 192, 8, 256, 128, 8)
-    recompute = M.recompute_tradeoff(*big, device=device, repeats=2 if quick else 5)
+    recompute = recompute_tradeoff(*big, device=device, repeats=2 if quick else 5)
 
     def slope(autocast):
-        a = M.measure_tinygpt(2, 64, 4, 97, 32, 4, autocast=autocast, steps=2, device=device)[0]
-        b = M.measure_tinygpt(2, 64, 4, 97, 32, 8, autocast=autocast, steps=2, device=device)[0]
+        a = measure_tinygpt(2, 64, 4, 97, 32, 4, autocast=autocast, steps=2, device=device)[0]
+        b = measure_tinygpt(2, 64, 4, 97, 32, 8, autocast=autocast, steps=2, device=device)[0]
         return b.activation_bytes - a.activation_bytes, a.optimizer_bytes
     (fp32_slope, fp32_opt), (bf16_slope, bf16_opt) = slope(False), slope(True)
 

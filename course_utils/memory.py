@@ -1,4 +1,4 @@
-"""Training memory is more than one copy of the weights: a predictor, and how to measure it.
+"""Training memory is more than one copy of the weights: the predictor (formulas only).
 
 Per training step a device holds
 
@@ -30,6 +30,10 @@ next op consumes it, the gradient buffers of backward), the one layer that full 
 re-materialises during backward (``recompute_transient_bytes``), and kernel workspaces (cuBLAS,
 cuDNN). Measured peaks are therefore *higher* than predictions; the stored-for-backward
 bytes (what ``course_utils.ledger.measure`` reports as ``activation_bytes``) match them.
+The measured side (``ledger.measure_tinygpt``, ``ledger.recompute_tradeoff``,
+``ledger.cuda_peak_bytes``) lives with the ledger; the optimizer-state copies come from
+``course_utils.optim.OPTIMIZERS``; the stacked-bar plot and the what-fits widget from
+``course_utils.plots``.
 
 The kit's own ``course_utils.transformer.TinyGPT`` has no dropout and runs in fp32 on CPU;
 ``tinygpt_layer_activation_bytes`` is the same count derived for *that* block (see its module
@@ -37,16 +41,13 @@ docstring), which is what the lesson checks against measurement.
 """
 from __future__ import annotations
 
-import contextlib
-import time
-from pathlib import Path
-
-import torch
 from torch import nn
 
-from .transformer import RECOMPUTE_MODES, TinyGPT, random_tokens, tinygpt_param_count
+from . import checks
+from .ledger import predict_step
+from .optim import OPTIMIZERS, state_copies
+from .transformer import RECOMPUTE_MODES, tinygpt_param_count
 
-OPTIMIZER_STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2}  # fp32 copies per param
 PRECISIONS = ("fp32", "bf16-mixed")
 MEMORY_KEYS = ("params", "grads", "optimizer", "master_params", "activations", "total")
 
@@ -63,25 +64,17 @@ DEVICES = {
 }
 
 
-# --------------------------------------------------------------------------- validation
-def _check_choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(f"{name}={value!r} is not known; pass one of {tuple(choices)}")
-    return value
-
-
-def _check_positive(**values):
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+def _positive_ints(**values) -> None:
+    for name, value in values.items():
+        checks.positive_int(value, name)
 
 
 # --------------------------------------------------------------------------- resident state
 def state_bytes_per_param(optimizer: str = "adamw", precision: str = "fp32",
                           fp32_grad_accumulation: bool = False) -> dict:
     """Bytes per parameter of each resident-state line (table in the module docstring)."""
-    _check_choice("optimizer", optimizer, OPTIMIZER_STATES)
-    _check_choice("precision", precision, PRECISIONS)
+    copies = state_copies(optimizer)
+    checks.choice(precision, "precision", PRECISIONS)
     if fp32_grad_accumulation and precision != "bf16-mixed":
         raise ValueError("fp32_grad_accumulation only applies to precision='bf16-mixed' "
                          "(fp32 training already accumulates in fp32)")
@@ -89,7 +82,7 @@ def state_bytes_per_param(optimizer: str = "adamw", precision: str = "fp32",
     return {
         "params": 2 if low else 4,
         "grads": (2 + 4 if fp32_grad_accumulation else 2) if low else 4,
-        "optimizer": 4 * OPTIMIZER_STATES[optimizer],  # moments stay fp32
+        "optimizer": 4 * copies,  # moments stay fp32
         "master_params": 4 if low else 0,
     }
 
@@ -97,8 +90,7 @@ def state_bytes_per_param(optimizer: str = "adamw", precision: str = "fp32",
 def state_memory(n_params: int, *, optimizer: str = "adamw", precision: str = "fp32",
                  fp32_grad_accumulation: bool = False) -> dict:
     """Resident bytes for ``n_params`` parameters: params, grads, optimizer, master_params, total."""
-    if isinstance(n_params, bool) or not isinstance(n_params, int) or n_params < 0:
-        raise ValueError(f"n_params must be a non-negative int, got {n_params!r}")
+    checks.positive_int(n_params, "n_params", minimum=0)
     per = state_bytes_per_param(optimizer, precision, fp32_grad_accumulation)
     out = {k: n_params * v for k, v in per.items()}
     out["total"] = sum(out.values())
@@ -109,8 +101,8 @@ def state_memory(n_params: int, *, optimizer: str = "adamw", precision: str = "f
 def korthikanti_layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int,
                                        recompute: str = "none") -> int:
     """One Megatron GPT layer, 16-bit activations with dropout: sbh(34 + 5as/h), 34sbh or 2sbh."""
-    _check_positive(seq=seq, batch=batch, hidden=hidden, heads=heads)
-    _check_choice("recompute", recompute, RECOMPUTE_MODES)
+    _positive_ints(seq=seq, batch=batch, hidden=hidden, heads=heads)
+    checks.choice(recompute, "recompute", RECOMPUTE_MODES)
     sbh = seq * batch * hidden
     if recompute == "full":
         return 2 * sbh
@@ -128,8 +120,8 @@ def tinygpt_layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int
     Versus Korthikanti's 16-bit count: no dropout masks (3sbh bytes) and no dropout output
     (2as²b bytes); every element is 4 bytes instead of 2.
     """
-    _check_positive(seq=seq, batch=batch, hidden=hidden, heads=heads)
-    _check_choice("recompute", recompute, RECOMPUTE_MODES)
+    _positive_ints(seq=seq, batch=batch, hidden=hidden, heads=heads)
+    checks.choice(recompute, "recompute", RECOMPUTE_MODES)
     sb, sbh = seq * batch, seq * batch * hidden
     if recompute == "full":
         return 4 * sbh
@@ -146,8 +138,8 @@ def head_activation_bytes(seq: int, batch: int, hidden: int, vocab: int, precisi
     statistics 8sb + head input 4sbh + log-softmax output 4sbv + int64 targets 8sb + a 4-byte
     scalar (the total weight nll_loss divides by).
     """
-    _check_positive(seq=seq, batch=batch, hidden=hidden, vocab=vocab)
-    _check_choice("precision", precision, PRECISIONS)
+    _positive_ints(seq=seq, batch=batch, hidden=hidden, vocab=vocab)
+    checks.choice(precision, "precision", PRECISIONS)
     sb, sbh = seq * batch, seq * batch * hidden
     if precision == "bf16-mixed":
         return 5 * sbh + 4 * sb * vocab
@@ -162,10 +154,10 @@ def transformer_activation_bytes(layers: int, hidden: int, heads: int, vocab: in
     precision="bf16-mixed" uses Korthikanti's 16-bit per-layer count; "fp32" the count derived
     for the kit's TinyGPT (no dropout), which is what a CPU run measures.
     """
-    _check_positive(layers=layers)
+    _positive_ints(layers=layers)
     per_layer = (korthikanti_layer_activation_bytes if precision == "bf16-mixed"
                  else tinygpt_layer_activation_bytes)
-    _check_choice("precision", precision, PRECISIONS)
+    checks.choice(precision, "precision", PRECISIONS)
     return (layers * per_layer(seq, batch, hidden, heads, recompute)
             + head_activation_bytes(seq, batch, hidden, vocab, precision))
 
@@ -174,7 +166,7 @@ def recompute_transient_bytes(hidden: int, heads: int, seq: int, batch: int, *,
                               precision: str = "fp32", recompute: str = "none") -> int:
     """Extra bytes alive while backward recomputes one layer: that layer's un-recomputed
     activations minus what was stored for it (0 without recomputation)."""
-    _check_choice("precision", precision, PRECISIONS)
+    checks.choice(precision, "precision", PRECISIONS)
     per_layer = (korthikanti_layer_activation_bytes if precision == "bf16-mixed"
                  else tinygpt_layer_activation_bytes)
     if recompute == "none":
@@ -193,12 +185,12 @@ def transformer_memory(layers: int, hidden: int, heads: int, vocab: int, seq: in
     v·h + s·h + L·(12h² + 13h) + 2h. ``activations`` are the bytes stored for backward (see
     ``transformer_activation_bytes``); the terms left out are listed in the module docstring.
     """
-    _check_positive(layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq=seq, batch=batch)
+    _positive_ints(layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq=seq, batch=batch)
     if hidden % heads:
         raise ValueError(f"hidden={hidden} must be divisible by heads={heads}")
-    _check_choice("optimizer", optimizer, OPTIMIZER_STATES)
-    _check_choice("precision", precision, PRECISIONS)
-    _check_choice("recompute", recompute, RECOMPUTE_MODES)
+    checks.choice(optimizer, "optimizer", OPTIMIZERS)
+    checks.choice(precision, "precision", PRECISIONS)
+    checks.choice(recompute, "recompute", RECOMPUTE_MODES)
     n_params = tinygpt_param_count(layers, hidden, vocab, seq)
     out = state_memory(n_params, optimizer=optimizer, precision=precision,
                        fp32_grad_accumulation=fp32_grad_accumulation)
@@ -218,14 +210,12 @@ def model_memory(model: nn.Module, input_shape=None, *, optimizer: str = "adamw"
     layers of Linear/Conv2d/BatchNorm2d/ReLU (MLP, SmallResNet) via
     ``course_utils.ledger.predict_step``; otherwise ``None`` (measure them instead).
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    checks.instance(model, "model", nn.Module, what="an nn.Module")
     n_params = sum(p.numel() for p in model.parameters())
     out = state_memory(n_params, optimizer=optimizer, precision=precision,
                        fp32_grad_accumulation=fp32_grad_accumulation)
     out["activations"] = None
     if input_shape is not None and precision == "fp32":
-        from .ledger import predict_step
         try:
             out["activations"] = predict_step(model, input_shape)["activation_bytes"]
         except ValueError:  # a layer predict_step has no rule for (LayerNorm, GELU, attention)
@@ -233,119 +223,6 @@ def model_memory(model: nn.Module, input_shape=None, *, optimizer: str = "adamw"
     if out["activations"] is not None:
         out["total"] += out["activations"]
     return {k: out[k] for k in MEMORY_KEYS}
-
-
-# --------------------------------------------------------------------------- measured side
-def measure_tinygpt(layers: int, hidden: int, heads: int, vocab: int, seq: int, batch: int, *,
-                    optimizer: str = "adamw", recompute: str = "none", autocast: bool = False,
-                    device="cpu", seed: int = 0, steps: int = 1):
-    """Build TinyGPT, run ``steps`` training steps and return the ledger of the last one.
-
-    One step before measuring (when ``steps`` > 1) creates the optimizer states; ``autocast``
-    runs forward under bf16 autocast (CPU and CUDA). Returns (LedgerRecord, model).
-    """
-    from .ledger import measure
-    _check_choice("optimizer", optimizer, OPTIMIZER_STATES)
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-    device = torch.device(device)
-    torch.manual_seed(seed)
-    model = TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute).to(device)
-    opt = make_optimizer(optimizer, model.parameters())
-    g = torch.Generator().manual_seed(seed)
-    x, y = random_tokens(batch, seq, vocab, generator=g, device=device)
-    ctx = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if autocast else contextlib.nullcontext
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with ctx():
-            loss = model.loss(x, y)
-        loss.backward()
-        opt.step()
-
-    for _ in range(steps - 1):
-        step()
-    return measure(step, model=model, optimizer=opt), model
-
-
-def make_optimizer(name: str, params, lr: float = 1e-3) -> torch.optim.Optimizer:
-    """"sgd" | "sgd-momentum" (0.9) | "adam" | "adamw" on ``params``."""
-    _check_choice("optimizer", name, OPTIMIZER_STATES)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    if name == "sgd-momentum":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    return (torch.optim.Adam if name == "adam" else torch.optim.AdamW)(params, lr=lr)
-
-
-def cuda_peak_bytes(step, device=None) -> int | None:
-    """Peak bytes the CUDA caching allocator handed out during ``step()`` above what was
-    allocated before it (``torch.cuda.max_memory_allocated``); None on a machine without CUDA."""
-    if not torch.cuda.is_available():
-        return None
-    device = torch.device(device or "cuda")
-    torch.cuda.synchronize(device)
-    base = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    step()
-    torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device) - base
-
-
-def record_memory_snapshot(step, path) -> Path | None:
-    """Run ``step()`` with CUDA allocation history on and write a snapshot (a pickle) that
-    https://pytorch.org/memory_viz opens: every allocation, its stack trace, over time.
-    Returns the path, or None without CUDA (nothing is recorded on CPU)."""
-    if not torch.cuda.is_available():
-        return None
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.cuda.memory._record_memory_history(max_entries=100_000)
-    try:
-        step()
-        torch.cuda.synchronize()
-        torch.cuda.memory._dump_snapshot(str(path))
-    finally:
-        torch.cuda.memory._record_memory_history(enabled=None)
-    return path
-
-
-def recompute_tradeoff(layers: int, hidden: int, heads: int, vocab: int, seq: int, batch: int, *,
-                       modes=RECOMPUTE_MODES, device="cpu", repeats: int = 3, seed: int = 0) -> list:
-    """For each recomputation mode: stored activation bytes and FLOPs (ledger) and the median
-    wall time of a training step, plus ratios to ``"none"``.
-
-    Rows: mode, activation_bytes, flops, seconds, memory_ratio, flops_ratio, time_ratio.
-    """
-    rows = []
-    for mode in modes:
-        record, model = measure_tinygpt(layers, hidden, heads, vocab, seq, batch, optimizer="sgd",
-                                        recompute=mode, device=device, seed=seed)
-        x, y = random_tokens(batch, seq, vocab, generator=torch.Generator().manual_seed(seed),
-                             device=device)
-        rows.append({"mode": mode, "activation_bytes": record.activation_bytes,
-                     "flops": record.flops,
-                     "seconds": _median_step_time(lambda: model.loss(x, y).backward(), repeats)})
-    base = next((r for r in rows if r["mode"] == "none"), rows[0])
-    for r in rows:
-        r["memory_ratio"] = r["activation_bytes"] / base["activation_bytes"]
-        r["flops_ratio"] = r["flops"] / base["flops"]
-        r["time_ratio"] = r["seconds"] / base["seconds"]
-    return rows
-
-
-def _median_step_time(step, repeats: int) -> float:
-    step()  # warm-up
-    times = []
-    for _ in range(repeats):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        step()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
 
 
 # --------------------------------------------------------------------------- what fits
@@ -368,8 +245,8 @@ def what_fits(model: str = "GPT-2 small (124M)", batch: int = 8, seq: int = 1024
     recompute_workspace}, "total", "capacity", "fits", "headroom"} (bytes). ``fits`` ignores the
     CUDA context and fragmentation (see the module docstring), so treat a small headroom as "no".
     """
-    _check_choice("model", model, PRESETS)
-    _check_choice("device", device, DEVICES)
+    checks.choice(model, "model", PRESETS)
+    checks.choice(device, "device", DEVICES)
     shape = PRESETS[model]
     mem = transformer_memory(shape["layers"], shape["hidden"], shape["heads"], vocab, seq, batch,
                              optimizer=optimizer, precision=precision, recompute=recompute)
@@ -380,44 +257,3 @@ def what_fits(model: str = "GPT-2 small (124M)", batch: int = 8, seq: int = 1024
     capacity = DEVICES[device]
     return {"breakdown": breakdown, "total": total, "capacity": capacity,
             "fits": total <= capacity, "headroom": capacity - total}
-
-
-def plot_breakdown(report: dict, ax=None, title: str | None = None):
-    """Stacked bar of ``what_fits(...)["breakdown"]`` next to the device's capacity line (GiB)."""
-    import matplotlib.pyplot as plt
-    ax = ax or plt.subplots(figsize=(5, 4))[1]
-    bottom = 0.0
-    for name, nbytes in report["breakdown"].items():
-        gib = nbytes / 2**30
-        if gib > 0:
-            ax.bar(0, gib, bottom=bottom, label=f"{name} {gib:.2f} GiB", width=0.5)
-            bottom += gib
-    ax.axhline(report["capacity"] / 2**30, color="k", ls="--", label="device memory")
-    ax.set_xticks([])
-    ax.set_ylabel("GiB")
-    ax.set_xlim(-0.6, 1.8)
-    verdict = "fits" if report["fits"] else "does not fit"
-    ax.set_title(title or f"predicted {report['total'] / 2**30:.1f} GiB: {verdict}")
-    ax.legend(loc="upper right", fontsize=8)
-    return ax
-
-
-def what_fits_widget():
-    """Sliders/dropdowns over ``what_fits``; redraws the stacked bar on every change."""
-    import ipywidgets as w
-    import matplotlib.pyplot as plt
-
-    def show(**kwargs):
-        plot_breakdown(what_fits(**kwargs))
-        plt.show()
-
-    return w.interactive(
-        show,
-        model=w.Dropdown(options=list(PRESETS), value="GPT-2 small (124M)"),
-        batch=w.IntSlider(value=8, min=1, max=64),
-        seq=w.Dropdown(options=[256, 512, 1024, 2048], value=1024),
-        precision=w.Dropdown(options=list(PRECISIONS), value="bf16-mixed"),
-        optimizer=w.Dropdown(options=list(OPTIMIZER_STATES), value="adamw"),
-        recompute=w.Dropdown(options=list(RECOMPUTE_MODES), value="none"),
-        device=w.Dropdown(options=list(DEVICES), value="T4 (Colab) 16 GB"),
-    )

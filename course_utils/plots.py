@@ -194,3 +194,52 @@ def _to_floats(v, key) -> np.ndarray:
         return np.asarray([float(x) for x in v], dtype=float)
     except (TypeError, ValueError) as err:
         raise ValueError(f"history[{key!r}] must be a list of numbers") from err
+
+
+# --------------------------------------------------------------------------- training memory
+# Lesson 06's figures over course_utils.memory's predictor; memory itself holds formulas only.
+__all__ += ["plot_memory_breakdown", "what_fits_widget"]
+
+
+def plot_memory_breakdown(report: dict, ax=None, title: str | None = None):
+    """Stacked bar of ``memory.what_fits(...)["breakdown"]`` next to the device's capacity line
+    (GiB). Returns the figure."""
+    ax = ax or plt.subplots(figsize=(5, 4))[1]
+    bottom = 0.0
+    for name, nbytes in report["breakdown"].items():
+        gib = nbytes / 2**30
+        if gib > 0:
+            ax.bar(0, gib, bottom=bottom, label=f"{name} {gib:.2f} GiB", width=0.5)
+            bottom += gib
+    ax.axhline(report["capacity"] / 2**30, color="k", ls="--", label="device memory")
+    ax.set_xticks([])
+    ax.set_ylabel("GiB")
+    ax.set_xlim(-0.6, 1.8)
+    verdict = "fits" if report["fits"] else "does not fit"
+    ax.set_title(title or f"predicted {report['total'] / 2**30:.1f} GiB: {verdict}")
+    ax.legend(loc="upper right", fontsize=8)
+    return ax.figure
+
+
+def what_fits_widget():
+    """Sliders/dropdowns over ``memory.what_fits``; redraws the stacked bar on every change."""
+    import ipywidgets as w
+
+    from . import memory
+    from .optim import OPTIMIZERS
+    from .transformer import RECOMPUTE_MODES
+
+    def show(**kwargs):
+        plot_memory_breakdown(memory.what_fits(**kwargs))
+        plt.show()
+
+    return w.interactive(
+        show,
+        model=w.Dropdown(options=list(memory.PRESETS), value="GPT-2 small (124M)"),
+        batch=w.IntSlider(value=8, min=1, max=64),
+        seq=w.Dropdown(options=[256, 512, 1024, 2048], value=1024),
+        precision=w.Dropdown(options=list(memory.PRECISIONS), value="bf16-mixed"),
+        optimizer=w.Dropdown(options=list(OPTIMIZERS), value="adamw"),
+        recompute=w.Dropdown(options=list(RECOMPUTE_MODES), value="none"),
+        device=w.Dropdown(options=list(memory.DEVICES), value="T4 (Colab) 16 GB"),
+    )

@@ -37,13 +37,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from . import checks
+
 RECOMPUTE_MODES = ("none", "selective", "full")
-
-
-def _check_recompute(recompute: str) -> str:
-    if recompute not in RECOMPUTE_MODES:
-        raise ValueError(f"recompute={recompute!r} is not known; pass one of {RECOMPUTE_MODES}")
-    return recompute
 
 
 def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -118,9 +114,8 @@ class TinyGPT(nn.Module):
         super().__init__()
         for name, value in dict(vocab=vocab, seq_len=seq_len, layers=layers, hidden=hidden,
                                 heads=heads).items():
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        _check_recompute(recompute)
+            checks.positive_int(value, name)
+        checks.choice(recompute, "recompute", RECOMPUTE_MODES)
         chosen = set(range(layers)) if recompute_blocks is None else set(recompute_blocks)
         if not chosen <= set(range(layers)):
             raise ValueError(f"recompute_blocks={sorted(chosen)} must be indices in 0..{layers - 1}")

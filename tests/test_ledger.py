@@ -3,7 +3,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils.ledger import measure, predict_step
+from course_utils.ledger import cuda_peak_bytes, measure, predict_step, record_memory_snapshot
+from course_utils.optim import OPTIMIZERS, make_optimizer
 
 
 def mlp():
@@ -25,14 +26,12 @@ def supervised_step(model, opt, x, y):
 
 
 @pytest.mark.parametrize("make", [mlp, cnn])
-@pytest.mark.parametrize("opt_name", ["sgd", "sgd-momentum", "adam"])
+@pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
 @pytest.mark.parametrize("batch", [4, 32])
 def test_prediction_matches_measurement(make, opt_name, batch):
     torch.manual_seed(0)
     model = make()
-    opt = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1),
-           "sgd-momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
-           "adam": lambda p: torch.optim.Adam(p)}[opt_name](model.parameters())
+    opt = make_optimizer(opt_name, model.parameters(), lr=0.1)
     x, y = torch.rand(batch, 3, 8, 8), torch.randint(0, 10, (batch,))
     record = measure(supervised_step(model, opt, x, y), model=model, optimizer=opt)
     record.compare(predict_step(model, x.shape, optimizer=opt_name)).assert_close(rtol=0.0)
@@ -118,3 +117,28 @@ def test_slice_of_a_dataset_counts_as_the_slice():
     sliced = measure(supervised_step(model, opt, data[:16], labels[:16]), model=model)
     copied = measure(supervised_step(model, opt, data[:16].clone(), labels[:16].clone()), model=model)
     assert sliced.activation_bytes == copied.activation_bytes
+
+
+def test_cuda_helpers_on_a_cpu_step(tmp_path):
+    ran = []
+    assert cuda_peak_bytes(lambda: ran.append(1), "cpu") is None
+    assert ran == [1], "the step runs once whatever the device"
+    if torch.cuda.is_available():
+        pytest.skip("CPU behaviour of the snapshot")
+    assert record_memory_snapshot(lambda: ran.append(1), tmp_path / "s.pickle") is None
+    assert not (tmp_path / "s.pickle").exists()
+
+
+def test_cuda_peak_is_the_records_peak():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    model = mlp().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.rand(64, 3, 8, 8, device="cuda"), torch.randint(0, 10, (64,), device="cuda")
+    step = supervised_step(model, opt, x, y)
+    step()
+    rec = measure(step, model=model, optimizer=opt)
+    alone = cuda_peak_bytes(step, "cuda")
+    assert rec.peak_bytes > 0 and alone > 0 and rec.notes == ""
+    # the record's reading and the helper's are one function: same step, same peak
+    assert rec.peak_bytes == pytest.approx(alone, rel=0.25)

@@ -28,6 +28,7 @@ from course_utils.data import load_dataset
 from course_utils.evaluate import classification_accuracy
 from course_utils.ledger import measure, predict_step
 from course_utils.models import MLP, SmallResNet
+from course_utils.optim import OPTIMIZERS
 from course_utils.plots import plot_curves
 from course_utils.report import format_table, headline
 from course_utils.runtime import setup
@@ -270,7 +271,7 @@ def predicted_ledger(batch=64, image_size=32, width=16, optimizer="adam"):
 
 widgets.interact(predicted_ledger, batch=widgets.IntSlider(64, 8, 512, 8),
                  image_size=widgets.IntSlider(32, 16, 96, 8), width=widgets.IntSlider(16, 4, 64, 4),
-                 optimizer=["sgd", "sgd-momentum", "adam"]);
+                 optimizer=list(OPTIMIZERS));
 
 # %% [markdown]
 # ## The boundary

@@ -24,6 +24,9 @@ import torch
 
 from course_utils import memory as M
 from course_utils.exercises import check_equal
+from course_utils.ledger import cuda_peak_bytes, measure_tinygpt, record_memory_snapshot, recompute_tradeoff
+from course_utils.optim import OPTIMIZERS
+from course_utils.plots import plot_memory_breakdown, what_fits_widget
 from course_utils.report import headline, show_table
 from course_utils.runtime import setup
 from course_utils.scales import config
@@ -109,7 +112,7 @@ show_table(rows)
 # %%
 layers, hidden, heads, vocab, seq, batch = cfg.example
 pred = M.transformer_memory(*cfg.example, optimizer="adamw", precision="fp32")
-record, model = M.measure_tinygpt(*cfg.example, optimizer="adamw", steps=2, device=device)
+record, model = measure_tinygpt(*cfg.example, optimizer="adamw", steps=2, device=device)
 n_params = tinygpt_param_count(layers, hidden, vocab, seq)
 print(f"{n_params:,} parameters")
 comparison = record.compare({"activation_bytes": pred["activations"], "param_bytes": pred["params"],
@@ -126,7 +129,7 @@ print(comparison)
 sweep = []
 for c in cfg.sweep:
     for mode in M.RECOMPUTE_MODES:
-        rec, _ = M.measure_tinygpt(*c, recompute=mode, steps=2, device=device)
+        rec, _ = measure_tinygpt(*c, recompute=mode, steps=2, device=device)
         p = M.transformer_memory(*c, recompute=mode)
         sweep.append({"layers,hidden,heads,vocab,seq,batch": str(c), "recompute": mode,
                       "predicted MiB": p["activations"] / 2**20,
@@ -146,8 +149,8 @@ comparison.assert_close(rtol=0.01)
 
 # %%
 opt_rows = []
-for name in M.OPTIMIZER_STATES:
-    rec, _ = M.measure_tinygpt(*cfg.sweep[0], optimizer=name, steps=2, device=device)
+for name in OPTIMIZERS:
+    rec, _ = measure_tinygpt(*cfg.sweep[0], optimizer=name, steps=2, device=device)
     opt_rows.append({"optimizer": name, "param_bytes": rec.param_bytes,
                      "optimizer_bytes": rec.optimizer_bytes,
                      "ratio": rec.optimizer_bytes / rec.param_bytes})
@@ -164,7 +167,7 @@ assert ratios == {"sgd": 0.0, "sgd-momentum": 1.0, "adam": 2.0, "adamw": 2.0}, r
 # almost no FLOPs (the attention-score matmuls are a small share at this size).
 
 # %%
-tradeoff = M.recompute_tradeoff(*cfg.recompute_model, device=device, repeats=cfg.repeats)
+tradeoff = recompute_tradeoff(*cfg.recompute_model, device=device, repeats=cfg.repeats)
 show_table(tradeoff)
 fig, ax = plt.subplots(figsize=(5, 3.5))
 for r in tradeoff:
@@ -191,7 +194,7 @@ assert tr["selective"]["memory_ratio"] < 1.0 and tr["selective"]["flops_ratio"] 
 # %%
 ex = list(cfg.sweep[1])
 def measured(batch, autocast):
-    return M.measure_tinygpt(*ex[:5], batch, autocast=autocast, steps=2, device=device)[0]
+    return measure_tinygpt(*ex[:5], batch, autocast=autocast, steps=2, device=device)[0]
 slope = {ac: measured(8, ac).activation_bytes - measured(4, ac).activation_bytes for ac in (False, True)}
 opt_bytes = {ac: measured(4, ac).optimizer_bytes for ac in (False, True)}
 bf16_ratio = slope[True] / slope[False]
@@ -211,9 +214,9 @@ assert opt_bytes[True] == opt_bytes[False]
 
 # %%
 def one_step():
-    M.measure_tinygpt(*cfg.example, steps=2, device=device)
-peak = M.cuda_peak_bytes(one_step)
-snapshot = M.record_memory_snapshot(one_step, "build/06_memory_snapshot.pickle")
+    measure_tinygpt(*cfg.example, steps=2, device=device)
+peak = cuda_peak_bytes(one_step, device)
+snapshot = record_memory_snapshot(one_step, "build/06_memory_snapshot.pickle")
 print("CUDA peak:", "n/a on CPU" if peak is None else f"{peak / 2**20:.1f} MiB",
       "| snapshot:", snapshot or "n/a on CPU")
 
@@ -223,7 +226,7 @@ print("CUDA peak:", "n/a on CPU" if peak is None else f"{peak / 2**20:.1f} MiB",
 # shows three settings of GPT-2 small on a T4.
 
 # %%
-M.what_fits_widget()
+what_fits_widget()
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(12, 4), sharey=True)
@@ -233,7 +236,7 @@ fits = []
 for ax, kw in zip(axes, settings):
     rep = M.what_fits("GPT-2 small (124M)", seq=1024, **kw)
     fits.append(rep["fits"])
-    M.plot_breakdown(rep, ax=ax, title=", ".join(f"{k}={v}" for k, v in kw.items()))
+    plot_memory_breakdown(rep, ax=ax, title=", ".join(f"{k}={v}" for k, v in kw.items()))
 plt.tight_layout()
 plt.show()
 

@@ -1,4 +1,4 @@
-"""The resource ledger of one training step: measured, and predicted by hand.
+"""The ledger measured: run one training step under hooks and read each line.
 
 ``measure(step)`` runs ``step()`` once and records
 
@@ -11,7 +11,8 @@
 - resident state: ``param_bytes``, ``grad_bytes``, ``optimizer_bytes`` and ``cache_bytes``
   (tensors registered as caches, such as MoCo's queue);
 - ``encoded``: how many items went through each named encoder (images, or patch tokens);
-- ``peak_bytes``: on CUDA only, ``torch.cuda.max_memory_allocated`` during the step.
+- ``peak_bytes``: on CUDA only, ``torch.cuda.max_memory_allocated`` during the step
+  (``cuda.cuda_peak_bytes``).
 
 What is *not* measured on CPU: peak process memory, allocator caching and fragmentation,
 temporaries freed inside one op (e.g. the softmax workspace), and element-wise FLOPs (the
@@ -19,19 +20,15 @@ counter counts only matmul-like ops, which dominate). The record says so in ``no
 """
 from __future__ import annotations
 
-import copy
 import weakref
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from .report import format_table
-
-LEDGER_LINES = ("flops", "forward_flops", "backward_flops", "activation_bytes",
-                "param_bytes", "grad_bytes", "optimizer_bytes", "cache_bytes")
+from .cuda import cuda_peak_bytes
+from .record import LedgerRecord
 
 
 # --------------------------------------------------------------------------- FLOPs
@@ -161,76 +158,6 @@ def resident_bytes(model=None, optimizer=None, caches=()) -> dict:
     }
 
 
-# --------------------------------------------------------------------------- record
-@dataclass
-class LedgerRecord:
-    flops: int
-    forward_flops: int
-    backward_flops: int
-    activation_bytes: int
-    param_bytes: int
-    grad_bytes: int
-    optimizer_bytes: int
-    cache_bytes: int
-    encoded: dict = field(default_factory=dict)
-    saved_tensors: int = 0
-    peak_bytes: int | None = None
-    device: str = "cpu"
-    notes: str = ""
-
-    @property
-    def resident_bytes(self) -> int:
-        return self.param_bytes + self.grad_bytes + self.optimizer_bytes + self.cache_bytes
-
-    def as_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in LEDGER_LINES}
-        d.update(resident_bytes=self.resident_bytes, peak_bytes=self.peak_bytes,
-                 encoded=dict(self.encoded), device=self.device)
-        return d
-
-    def rows(self) -> list[dict]:
-        rows = [{"line": k, "measured": getattr(self, k)} for k in LEDGER_LINES]
-        rows += [{"line": f"encoded: {k}", "measured": v} for k, v in self.encoded.items()]
-        rows.append({"line": "peak_bytes (CUDA)",
-                     "measured": "not measured on CPU" if self.peak_bytes is None else self.peak_bytes})
-        return rows
-
-    def __str__(self) -> str:
-        return format_table(self.rows()) + (f"\n{self.notes}" if self.notes else "")
-
-    def compare(self, prediction: dict) -> "Comparison":
-        """Line-by-line comparison with an analytic prediction (keys = ledger line names)."""
-        unknown = set(prediction) - set(LEDGER_LINES)
-        if unknown:
-            raise ValueError(f"prediction has unknown ledger lines {sorted(unknown)}; "
-                             f"use names from {LEDGER_LINES}")
-        return Comparison([(k, int(prediction[k]), getattr(self, k)) for k in LEDGER_LINES
-                           if k in prediction])
-
-
-@dataclass
-class Comparison:
-    lines: list  # (name, predicted, measured)
-
-    def rows(self) -> list[dict]:
-        return [{"line": n, "predicted": p, "measured": m,
-                 "measured/predicted": (m / p if p else (1.0 if m == 0 else float("inf")))}
-                for n, p, m in self.lines]
-
-    def max_relative_error(self) -> float:
-        errs = [abs(m - p) / max(abs(p), 1) for _, p, m in self.lines]
-        return max(errs, default=0.0)
-
-    def assert_close(self, rtol: float = 0.01) -> None:
-        bad = [(n, p, m) for n, p, m in self.lines if abs(m - p) > rtol * max(abs(p), 1)]
-        if bad:
-            detail = "; ".join(f"{n}: predicted {p:,} measured {m:,}" for n, p, m in bad)
-            raise AssertionError(f"ledger prediction off by more than {rtol:.1%}: {detail}")
-
-    def __str__(self) -> str:
-        return format_table(self.rows())
-
-
 # --------------------------------------------------------------------------- measure
 def _count_items(encoders: dict) -> tuple[dict, list]:
     counts = {name: 0 for name in encoders}
@@ -273,127 +200,25 @@ def measure(step, *, model: nn.Module | None = None, optimizer=None, caches=(),
     exclude = {t.untyped_storage().data_ptr() for t in persistent}
 
     device = persistent[0].device if persistent else torch.device("cpu")
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-
     tracker = _SavedTensorTracker(exclude)
+    flops = _FlopSplitter()
+
+    def hooked_step():
+        with flops, torch.autograd.graph.saved_tensors_hooks(tracker.pack, tracker.unpack):
+            step()
+
     counts, handles = _count_items(encoders)
     try:
-        with _FlopSplitter() as flops, torch.autograd.graph.saved_tensors_hooks(tracker.pack, tracker.unpack):
-            step()
+        peak = cuda_peak_bytes(hooked_step, device)
     finally:
         for h in handles:
             h.remove()
-    peak = None
-    if cuda:
-        torch.cuda.synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device) - base
 
-    notes = ("" if cuda else "On CPU: no peak-memory reading (allocator caching, temporaries inside "
-             "an op and fragmentation are not measured); FLOPs count matmul/conv/attention ops only.")
+    notes = ("" if peak is not None else
+             "On CPU: no peak-memory reading (allocator caching, temporaries inside an op and "
+             "fragmentation are not measured); FLOPs count matmul/conv/attention ops only.")
     return LedgerRecord(
         flops=flops.forward + flops.backward, forward_flops=flops.forward,
         backward_flops=flops.backward, activation_bytes=tracker.peak,
         **resident_bytes(model, optimizer, caches), encoded=counts,
         saved_tensors=tracker.count, peak_bytes=peak, device=str(device), notes=notes)
-
-
-# --------------------------------------------------------------------------- predict
-OPTIMIZER_STATE_PER_PARAM = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2}
-
-
-def _trace_leaves(model: nn.Module, input_shape, dtype):
-    """Shapes of every leaf module's input and output, from a forward pass on the meta device."""
-    meta = copy.deepcopy(model).to("meta")
-    calls = []
-
-    def hook(mod, args, out):
-        calls.append((mod, args[0], out))
-    handles = [m.register_forward_hook(hook) for m in meta.modules() if not list(m.children())]
-    try:
-        x = torch.empty(input_shape, device="meta", dtype=dtype)
-        out = meta(x)
-    finally:
-        for h in handles:
-            h.remove()
-    return x, calls, out
-
-
-def _root(t):
-    while getattr(t, "_base", None) is not None:
-        t = t._base
-    return id(t)
-
-
-def predict_step(model: nn.Module, input_shape, *, num_classes: int | None = None,
-                 optimizer: str = "sgd", dtype=torch.float32) -> dict:
-    """Analytic ledger of one supervised step (forward, cross-entropy, backward, update).
-
-    Per leaf layer, with ``n`` rows reaching it (batch × positions):
-
-    - Linear(in, out): forward 2·n·in·out FLOPs; backward 2·n·in·out for the weight gradient
-      plus 2·n·in·out for the input gradient unless the input is the raw batch (no grad needed).
-      Saves its input.
-    - Conv2d: the same with MACs = B·H_out·W_out·C_out·(C_in/groups)·k_h·k_w. Saves its input.
-    - BatchNorm2d (training): saves its input plus per-channel mean and inverse std (2·C values).
-    - ReLU: saves its output.  Flatten/Identity/Dropout(p=0)/pooling to 1×1: see code.
-    - cross-entropy: saves the log-softmax output (B × classes), the int64 targets and one
-      scalar (the total weight NLL divides by).
-
-    A tensor saved by two layers (ReLU's output is the next layer's input) counts once.
-    Resident: parameters, one gradient per parameter, optimizer states per parameter
-    (SGD 0, SGD+momentum 1, Adam/AdamW 2 copies).
-    """
-    if optimizer not in OPTIMIZER_STATE_PER_PARAM:
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose from {sorted(OPTIMIZER_STATE_PER_PARAM)}")
-    if len(input_shape) < 2 or any(int(s) <= 0 for s in input_shape):
-        raise ValueError(f"input_shape must be (batch, ...) with positive sizes, got {tuple(input_shape)}")
-    esize = torch.empty((), dtype=dtype).element_size()
-    x, calls, out = _trace_leaves(model, tuple(input_shape), dtype)
-    batch = input_shape[0]
-
-    fwd = bwd = 0
-    saved: dict[int, int] = {}  # root tensor id -> bytes
-
-    def keep(t, nbytes=None):
-        saved.setdefault(_root(t), t.numel() * esize if nbytes is None else nbytes)
-
-    for mod, inp, outp in calls:
-        needs_input_grad = _root(inp) != _root(x)
-        if isinstance(mod, nn.Linear):
-            macs = inp.numel() // mod.in_features * mod.in_features * mod.out_features
-        elif isinstance(mod, nn.Conv2d):
-            kh, kw = mod.kernel_size
-            macs = outp.numel() * (mod.in_channels // mod.groups) * kh * kw
-        else:
-            macs = 0
-        if macs:
-            fwd += 2 * macs
-            bwd += 2 * macs * (2 if needs_input_grad else 1)
-            keep(inp)
-        elif isinstance(mod, nn.BatchNorm2d):
-            keep(inp)
-            saved[id(mod)] = 2 * mod.num_features * esize
-        elif isinstance(mod, nn.ReLU):
-            keep(outp)
-        elif isinstance(mod, nn.AdaptiveAvgPool2d):
-            pass  # backward needs only the input's shape
-        elif isinstance(mod, (nn.Flatten, nn.Identity)) or (isinstance(mod, nn.Dropout) and mod.p == 0):
-            pass
-        else:
-            raise ValueError(f"predict_step has no rule for {type(mod).__name__}; it covers "
-                             "Linear, Conv2d, BatchNorm2d, ReLU, AdaptiveAvgPool2d, Flatten")
-    classes = num_classes or out.shape[-1]
-    # log-softmax output, int64 targets, NLL's total-weight scalar
-    activation = sum(saved.values()) + batch * classes * esize + batch * 8 + esize
-
-    n_params = sum(p.numel() for p in model.parameters())
-    return {
-        "forward_flops": fwd, "backward_flops": bwd, "flops": fwd + bwd,
-        "activation_bytes": activation,
-        "param_bytes": n_params * esize, "grad_bytes": n_params * esize,
-        "optimizer_bytes": OPTIMIZER_STATE_PER_PARAM[optimizer] * n_params * esize,
-    }

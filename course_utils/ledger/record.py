@@ -1,0 +1,83 @@
+"""The ledger's record of one step, and its line-by-line comparison with a prediction.
+
+``LEDGER_LINES`` are the integer lines every record carries (and a prediction may name):
+flops = forward_flops + backward_flops; activation_bytes (kept for backward); param_bytes,
+grad_bytes, optimizer_bytes, cache_bytes (resident state).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..report import format_table
+
+LEDGER_LINES = ("flops", "forward_flops", "backward_flops", "activation_bytes",
+                "param_bytes", "grad_bytes", "optimizer_bytes", "cache_bytes")
+
+
+@dataclass
+class LedgerRecord:
+    flops: int
+    forward_flops: int
+    backward_flops: int
+    activation_bytes: int
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    cache_bytes: int
+    encoded: dict = field(default_factory=dict)
+    saved_tensors: int = 0
+    peak_bytes: int | None = None
+    device: str = "cpu"
+    notes: str = ""
+
+    @property
+    def resident_bytes(self) -> int:
+        return self.param_bytes + self.grad_bytes + self.optimizer_bytes + self.cache_bytes
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in LEDGER_LINES}
+        d.update(resident_bytes=self.resident_bytes, peak_bytes=self.peak_bytes,
+                 encoded=dict(self.encoded), device=self.device)
+        return d
+
+    def rows(self) -> list[dict]:
+        rows = [{"line": k, "measured": getattr(self, k)} for k in LEDGER_LINES]
+        rows += [{"line": f"encoded: {k}", "measured": v} for k, v in self.encoded.items()]
+        rows.append({"line": "peak_bytes (CUDA)",
+                     "measured": "not measured on CPU" if self.peak_bytes is None else self.peak_bytes})
+        return rows
+
+    def __str__(self) -> str:
+        return format_table(self.rows()) + (f"\n{self.notes}" if self.notes else "")
+
+    def compare(self, prediction: dict) -> "Comparison":
+        """Line-by-line comparison with an analytic prediction (keys = ledger line names)."""
+        unknown = set(prediction) - set(LEDGER_LINES)
+        if unknown:
+            raise ValueError(f"prediction has unknown ledger lines {sorted(unknown)}; "
+                             f"use names from {LEDGER_LINES}")
+        return Comparison([(k, int(prediction[k]), getattr(self, k)) for k in LEDGER_LINES
+                           if k in prediction])
+
+
+@dataclass
+class Comparison:
+    lines: list  # (name, predicted, measured)
+
+    def rows(self) -> list[dict]:
+        return [{"line": n, "predicted": p, "measured": m,
+                 "measured/predicted": (m / p if p else (1.0 if m == 0 else float("inf")))}
+                for n, p, m in self.lines]
+
+    def max_relative_error(self) -> float:
+        errs = [abs(m - p) / max(abs(p), 1) for _, p, m in self.lines]
+        return max(errs, default=0.0)
+
+    def assert_close(self, rtol: float = 0.01) -> None:
+        bad = [(n, p, m) for n, p, m in self.lines if abs(m - p) > rtol * max(abs(p), 1)]
+        if bad:
+            detail = "; ".join(f"{n}: predicted {p:,} measured {m:,}" for n, p, m in bad)
+            raise AssertionError(f"ledger prediction off by more than {rtol:.1%}: {detail}")
+
+    def __str__(self) -> str:
+        return format_table(self.rows())

@@ -1,0 +1,86 @@
+"""Lesson 06's measurements: TinyGPT training steps under the ledger, the measured side of the
+predictor in ``course_utils.memory``.
+
+``measure_tinygpt`` builds ``course_utils.transformer.TinyGPT`` and returns the ledger of one
+training step; ``recompute_tradeoff`` measures what each recomputation mode keeps (stored
+activation bytes) against what it pays (FLOPs, wall time).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+from .. import checks
+from ..optim import make_optimizer
+from ..transformer import RECOMPUTE_MODES, TinyGPT, random_tokens
+from .measured import measure
+
+
+def measure_tinygpt(layers: int, hidden: int, heads: int, vocab: int, seq: int, batch: int, *,
+                    optimizer: str = "adamw", recompute: str = "none", autocast: bool = False,
+                    device="cpu", seed: int = 0, steps: int = 1):
+    """Build TinyGPT, run ``steps`` training steps and return the ledger of the last one.
+
+    One step before measuring (when ``steps`` > 1) creates the optimizer states; ``optimizer`` is a
+    name in ``course_utils.optim.OPTIMIZERS`` (lr 1e-3); ``autocast`` runs forward under bf16
+    autocast (CPU and CUDA). Returns (LedgerRecord, model).
+    """
+    checks.positive_int(steps, "steps")
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    model = TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute).to(device)
+    opt = make_optimizer(optimizer, model.parameters())
+    x, y = random_tokens(batch, seq, vocab, generator=torch.Generator().manual_seed(seed), device=device)
+    ctx = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if autocast else contextlib.nullcontext
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with ctx():
+            loss = model.loss(x, y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(steps - 1):
+        step()
+    return measure(step, model=model, optimizer=opt), model
+
+
+def recompute_tradeoff(layers: int, hidden: int, heads: int, vocab: int, seq: int, batch: int, *,
+                       modes=RECOMPUTE_MODES, device="cpu", repeats: int = 3, seed: int = 0) -> list:
+    """For each recomputation mode: stored activation bytes and FLOPs (ledger) and the median
+    wall time of a training step, plus ratios to ``"none"``.
+
+    Rows: mode, activation_bytes, flops, seconds, memory_ratio, flops_ratio, time_ratio.
+    """
+    checks.positive_int(repeats, "repeats")
+    rows = []
+    for mode in modes:
+        record, model = measure_tinygpt(layers, hidden, heads, vocab, seq, batch, optimizer="sgd",
+                                        recompute=mode, device=device, seed=seed)
+        x, y = random_tokens(batch, seq, vocab, generator=torch.Generator().manual_seed(seed),
+                             device=device)
+        rows.append({"mode": mode, "activation_bytes": record.activation_bytes,
+                     "flops": record.flops,
+                     "seconds": _median_step_time(lambda: model.loss(x, y).backward(), repeats)})
+    base = next((r for r in rows if r["mode"] == "none"), rows[0])
+    for r in rows:
+        r["memory_ratio"] = r["activation_bytes"] / base["activation_bytes"]
+        r["flops_ratio"] = r["flops"] / base["flops"]
+        r["time_ratio"] = r["seconds"] / base["seconds"]
+    return rows
+
+
+def _median_step_time(step, repeats: int) -> float:
+    step()  # warm-up
+    times = []
+    for _ in range(repeats):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]

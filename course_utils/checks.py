@@ -18,11 +18,12 @@ def _is_int(value: Any) -> bool:
 
 def positive_int(value: Any, name: str, *, minimum: int = 1, hint: str = "") -> int:
     """An int >= ``minimum`` (1 by default; pass 0 for "non-negative")."""
+    want = {0: "a non-negative int", 1: "a positive int"}.get(minimum, f"an int >= {minimum}")
+    tail = f"; {hint}" if hint else ""
     if not _is_int(value):
-        raise TypeError(f"{name} must be an int >= {minimum}, got {value!r} ({type(value).__name__})"
-                        + (f"; {hint}" if hint else ""))
+        raise TypeError(f"{name} must be {want}, got {value!r} ({type(value).__name__}){tail}")
     if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value}" + (f"; {hint}" if hint else ""))
+        raise ValueError(f"{name} must be {want}, got {value}{tail}")
     return value
 
 

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import torch
 
+from . import checks
 from .scales import resolve_scale
 
 
@@ -18,8 +19,7 @@ def in_colab() -> bool:
 
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch (all devices)."""
-    if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    checks.positive_int(seed, "seed", minimum=0)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device

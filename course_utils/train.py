@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import torch
 from tqdm.auto import tqdm
 
+from . import checks
+
 
 @dataclass
 class History:
@@ -91,8 +93,7 @@ class EvalEvery(Callback):
     _state_keys = ("_last",)
 
     def __init__(self, every: int, evaluate, *, at_end: bool = True):
-        if not isinstance(every, int) or every <= 0:
-            raise ValueError(f"every must be a positive int, got {every!r}")
+        checks.positive_int(every, "every")
         self.every, self.evaluate, self.at_end = every, evaluate, at_end
         self._last = None
 
@@ -123,10 +124,8 @@ class EarlyStopping(Callback):
 
     def __init__(self, metric: str, *, mode: str = "max", patience: int = 3,
                  min_delta: float = 0.0, model: torch.nn.Module | None = None):
-        if mode not in ("max", "min"):
-            raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
-        if not isinstance(patience, int) or patience < 1:
-            raise ValueError(f"patience must be an int >= 1, got {patience!r}")
+        checks.choice(mode, "mode", ("max", "min"))
+        checks.positive_int(patience, "patience")
         self.metric, self.mode, self.patience, self.min_delta, self.model = metric, mode, patience, min_delta, model
         self.best = -math.inf if mode == "max" else math.inf
         self.best_step = None
@@ -161,8 +160,7 @@ class CheckpointEvery(Callback):
     """Every ``every`` steps call ``save(state)``, e.g. a CheckpointManager's save."""
 
     def __init__(self, every: int, save):
-        if not isinstance(every, int) or every <= 0:
-            raise ValueError(f"every must be a positive int, got {every!r}")
+        checks.positive_int(every, "every")
         self.every, self.save = every, save
 
     def on_step_end(self, state):
@@ -192,8 +190,8 @@ def fit(step_fn, batches, *, steps: int | None = None, epochs: int | None = None
     if steps is None and epochs is None:
         raise ValueError("give steps= (number of updates) or epochs= (passes over the data), or both")
     for name, v in (("steps", steps), ("epochs", epochs)):
-        if v is not None and (not isinstance(v, int) or v < 0):
-            raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+        if v is not None:
+            checks.positive_int(v, name, minimum=0)
     if not callable(step_fn):
         raise TypeError("step_fn must be a callable taking one batch")
     epoch_batches = batches if callable(batches) else (lambda _epoch: batches)

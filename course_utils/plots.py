@@ -194,3 +194,22 @@ def _to_floats(v, key) -> np.ndarray:
         return np.asarray([float(x) for x in v], dtype=float)
     except (TypeError, ValueError) as err:
         raise ValueError(f"history[{key!r}] must be a list of numbers") from err
+
+
+def plot_timeline(timeline, ax=None):
+    """Gantt chart of a pipeline schedule (``distributed.pipeline.simulate``): one row per device,
+    F blue, B orange, W green, the micro-batch number inside; later chunks (interleaved) paler.
+    Returns the axes."""
+    ax = ax or plt.subplots(figsize=(10, 0.5 * timeline.devices + 1))[1]
+    colors = {"F": "#4C72B0", "B": "#DD8452", "W": "#55A868"}
+    for op in timeline.ops:
+        ax.barh(op.device, op.end - op.start, left=op.start, color=colors[op.kind],
+                edgecolor="white", alpha=0.6 + 0.4 * (op.chunk == 0))
+        ax.text((op.start + op.end) / 2, op.device, str(op.microbatch), ha="center",
+                va="center", fontsize=7, color="white")
+    ax.set_yticks(range(timeline.devices), [f"device {d}" for d in range(timeline.devices)])
+    ax.invert_yaxis()
+    ax.set_xlabel("time (units)")
+    ax.set_title(f"{timeline.schedule}: p={timeline.devices}, m={timeline.microbatches}, "
+                 f"bubble {timeline.bubble_fraction:.0%}")
+    return ax

@@ -60,6 +60,20 @@ def test_simulator_rejects_bad_input():
         pp.simulate("interleaved", 4, 6, forward=2, backward=4)
     with pytest.raises(ValueError, match="devices must be an int >= 1"):
         pp.simulate("gpipe", 0, 4)
+    with pytest.raises(TypeError, match="microbatches must be an int"):
+        pp.simulate("gpipe", 2, True)
+    with pytest.raises(ValueError, match="max_in_flight"):
+        pp.simulate("zero_bubble", 2, 4, max_in_flight=0)
+
+
+def test_plot_timeline_draws_one_bar_per_operation():
+    import matplotlib
+    matplotlib.use("Agg")
+    from course_utils.plots import plot_timeline
+    t = pp.simulate("1f1b", 2, 4)
+    ax = plot_timeline(t)
+    assert len(ax.patches) == len(t.ops) == 16
+    assert "bubble 20%" in ax.get_title()
 
 
 @pytest.fixture(scope="module")

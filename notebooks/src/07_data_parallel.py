@@ -57,7 +57,7 @@ print(device, "| ranks:", cfg.ranks)
 # First, the machinery. `launch(fn, n)` starts n real processes, joins them into a process group
 # and returns what each rank's `fn(rank, n)` returned. This lesson's workers live in
 # `course_utils/experiments/data_parallel.py` because every process re-imports them by name; the
-# mechanisms they use (gradient averaging, cross-rank BatchNorm, gathers) in
+# mechanisms they use (gradient averaging, cross-rank BatchNorm, gathers) live in
 # `course_utils/distributed/`.
 
 # %%

@@ -21,9 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from course_utils.distributed import launch  # noqa: E402
-from course_utils.distributed import data_parallel as dp  # noqa: E402
 from course_utils.distributed import pipeline as pp  # noqa: E402
 from course_utils.distributed import sharding as sh  # noqa: E402
+from course_utils.experiments import data_parallel as lesson07  # noqa: E402
+from course_utils.experiments import sharding as lesson08  # noqa: E402
 
 STAGE_OF = {"ddp": "ddp", "zero1": "zero1", "fsdp": "zero3", "fsdp_keep": "zero3"}
 COMM_STAGE = {"ddp": "ddp", "fsdp": "zero3", "fsdp_keep": "zero2"}
@@ -71,14 +72,14 @@ def run(quick: bool) -> dict:
     start = time.perf_counter()
     model = dict(width=64, depth=4, batch=8, steps=2) if quick else dict(width=512, depth=8, batch=32, steps=3)
     n = 2
-    strategies = launch(sh.compare_strategies, n, model, timeout=600)
-    equivalence = launch(dp.ddp_equivalence, n, dict(steps=3 if quick else 8), timeout=600)
+    strategies = launch(lesson08.compare_strategies, n, model, timeout=600)
+    equivalence = launch(lesson07.ddp_equivalence, n, dict(steps=3 if quick else 8), timeout=600)
     comm, state, bubbles = _comm_rows(strategies, n), _state_rows(strategies, n), _bubble_rows(quick)
     worst = lambda rows, key: max(abs(r[key] - 1) for r in rows if r[key] is not None)  # noqa: E731
     return {
         "quick": quick, "ranks": n, "model": model,
         "communication": comm, "state": state, "bubbles": bubbles,
-        "ddp_max_param_gap_fp32": max(max(r[o]["max_abs_diff"]) for r in equivalence for o in ("sgd", "adamw")),
+        "ddp_max_param_gap_fp32": max(max(r[o]["max_abs_diff"]) for r in equivalence for o in lesson07.EQUIVALENCE_OPTIMIZERS),
         "summary": {
             "worst_abs(ring_sent/formula-1)": worst(comm, "ring_sent/formula"),
             "wire/formula": {r["strategy"]: r["wire/formula"] for r in comm},

@@ -8,7 +8,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-__all__ = ["show_images", "plot_curves", "plot_bars", "image_grid"]
+__all__ = ["show_images", "plot_curves", "plot_bars", "image_grid", "plot_memory_breakdown",
+           "what_fits_widget", "plot_timeline"]
 
 
 def image_grid(images, *, nrow: int = 8, pad: int = 1, pad_value: float = 1.0) -> np.ndarray:
@@ -198,8 +199,6 @@ def _to_floats(v, key) -> np.ndarray:
 
 # --------------------------------------------------------------------------- training memory
 # Lesson 06's figures over course_utils.memory's predictor; memory itself holds formulas only.
-__all__ += ["plot_memory_breakdown", "what_fits_widget"]
-
 
 def plot_memory_breakdown(report: dict, ax=None, title: str | None = None):
     """Stacked bar of ``memory.what_fits(...)["breakdown"]`` next to the device's capacity line
@@ -243,3 +242,23 @@ def what_fits_widget():
         recompute=w.Dropdown(options=list(RECOMPUTE_MODES), value="none"),
         device=w.Dropdown(options=list(memory.DEVICES), value="T4 (Colab) 16 GB"),
     )
+
+
+# --------------------------------------------------------------------------- pipeline schedules
+def plot_timeline(timeline, ax=None):
+    """Gantt chart of a pipeline schedule (``distributed.pipeline.simulate``): one row per device,
+    F blue, B orange, W green, the micro-batch number inside; later chunks (interleaved) paler.
+    Returns the axes."""
+    ax = ax or plt.subplots(figsize=(10, 0.5 * timeline.devices + 1))[1]
+    colors = {"F": "#4C72B0", "B": "#DD8452", "W": "#55A868"}
+    for op in timeline.ops:
+        ax.barh(op.device, op.end - op.start, left=op.start, color=colors[op.kind],
+                edgecolor="white", alpha=0.6 + 0.4 * (op.chunk == 0))
+        ax.text((op.start + op.end) / 2, op.device, str(op.microbatch), ha="center",
+                va="center", fontsize=7, color="white")
+    ax.set_yticks(range(timeline.devices), [f"device {d}" for d in range(timeline.devices)])
+    ax.invert_yaxis()
+    ax.set_xlabel("time (units)")
+    ax.set_title(f"{timeline.schedule}: p={timeline.devices}, m={timeline.microbatches}, "
+                 f"bubble {timeline.bubble_fraction:.0%}")
+    return ax

@@ -2,8 +2,9 @@
 import pytest
 import torch
 
-from course_utils.distributed import data_parallel as dp
 from course_utils.distributed import launch
+from course_utils.experiments import data_parallel as lesson
+from course_utils.experiments import toys
 
 FP32_TOL = 1e-6   # max |Δθ| after every step, parameters of size ~0.3: summation-order rounding
 FP64_TOL = 1e-12
@@ -12,10 +13,10 @@ FP64_TOL = 1e-12
 @pytest.fixture(scope="module")
 def ranks():
     """One launch for every check (starting ranks costs seconds, the checks milliseconds)."""
-    return launch(dp.suite, 2, {"steps": 4}, timeout=240)
+    return launch(lesson.suite, 2, {"steps": 4}, timeout=240)
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("optimizer", ["sgd-momentum", "adamw"])
 def test_ddp_equals_single_process_on_concatenated_batch_every_step(ranks, optimizer):
     for r in ranks:
         fp32, fp64 = r["equivalence"][optimizer], r["equivalence_fp64"][optimizer]
@@ -84,4 +85,4 @@ def test_moco_queue_filled_from_all_ranks_is_identical_everywhere(ranks):
 
 def test_settings_reject_unknown_keys():
     with pytest.raises(ValueError, match="unknown setting"):
-        dp.settings({"stpes": 3})
+        toys.settings({"stpes": 3}, lesson.DEFAULTS)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from course_utils.distributed import WorkerError, launch, torchrun_entry
-from course_utils.distributed import demo
+from course_utils.experiments import data_parallel as demo
 
 
 def test_returns_each_ranks_value_after_a_real_all_reduce():
@@ -23,7 +23,7 @@ def test_failing_rank_traceback_is_reraised_and_peers_stopped():
         launch(demo.fail_on_rank, 2, 1, timeout=60)
     assert info.value.rank == 1                                  # the root cause, not its victim
     message = str(info.value)
-    assert "ValueError: rank 1 found a NaN" in message and "demo.py" in message  # remote traceback
+    assert "ValueError: rank 1 found a NaN" in message and "experiments/data_parallel.py" in message  # remote traceback
     assert time.monotonic() - start < 30
     assert not multiprocessing.active_children()
 
@@ -76,7 +76,7 @@ def test_torchrun_entry_joins_from_environment_and_saves_results(tmp_path, monke
     for key, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                            MASTER_PORT=str(free_port())).items():
         monkeypatch.setenv(key, value)
-    result = torchrun_entry.main(["course_utils.distributed.demo:hello_all_reduce",
+    result = torchrun_entry.main(["course_utils.experiments.data_parallel:hello_all_reduce",
                                   "--out", str(tmp_path)])
     assert result["sum"] == 1.0 and result["world_size"] == 1
     assert torch.load(tmp_path / "rank0.pt")["rank"] == 0

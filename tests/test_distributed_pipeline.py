@@ -3,6 +3,8 @@ import pytest
 
 from course_utils.distributed import launch
 from course_utils.distributed import pipeline as pp
+from course_utils.experiments import pipeline_tensor_parallel as lesson
+from course_utils.experiments import toys
 
 
 @pytest.mark.parametrize("p,m", [(2, 1), (2, 4), (4, 4), (4, 8), (8, 16), (3, 7)])
@@ -56,13 +58,27 @@ def test_simulator_rejects_bad_input():
         pp.simulate("pipedream", 2, 4)
     with pytest.raises(ValueError, match="divisible"):
         pp.simulate("interleaved", 4, 6, forward=2, backward=4)
-    with pytest.raises(ValueError, match="positive int"):
+    with pytest.raises(ValueError, match="devices must be an int >= 1"):
         pp.simulate("gpipe", 0, 4)
+    with pytest.raises(TypeError, match="microbatches must be an int"):
+        pp.simulate("gpipe", 2, True)
+    with pytest.raises(ValueError, match="max_in_flight"):
+        pp.simulate("zero_bubble", 2, 4, max_in_flight=0)
+
+
+def test_plot_timeline_draws_one_bar_per_operation():
+    import matplotlib
+    matplotlib.use("Agg")
+    from course_utils.plots import plot_timeline
+    t = pp.simulate("1f1b", 2, 4)
+    ax = plot_timeline(t)
+    assert len(ax.patches) == len(t.ops) == 16
+    assert "bubble 20%" in ax.get_title()
 
 
 @pytest.fixture(scope="module")
 def ranks():
-    return launch(pp.suite, 2, timeout=240)
+    return launch(lesson.suite, 2, timeout=240)
 
 
 def test_real_two_stage_pipeline_gradients_equal_unsplit(ranks):
@@ -72,7 +88,7 @@ def test_real_two_stage_pipeline_gradients_equal_unsplit(ranks):
     last = ranks[-1]["pipeline"]
     assert last["gpipe"]["loss"] == pytest.approx(last["loss_unsplit"], rel=1e-5)
     total = sum(r["pipeline"]["gpipe"]["params_on_this_stage"] for r in ranks)
-    assert total == sum(p.numel() for p in pp.make_deep_mlp(32, 4, 0).parameters())
+    assert total == sum(p.numel() for p in toys.make_stack(32, 4, 0, head=True).parameters())
 
 
 def test_tensor_parallel_mlp_equals_unsplit_with_two_all_reduces(ranks):

@@ -1,14 +1,14 @@
 """Lesson 08 on two real gloo ranks: ZeRO-1, FSDP2 (ZeRO-3 and ZeRO-2-like), DCP."""
 import pytest
-import torch
 
 from course_utils.distributed import launch
 from course_utils.distributed import sharding as sh
+from course_utils.experiments import sharding as lesson
 
 
 @pytest.fixture(scope="module")
 def ranks():
-    return launch(sh.suite, 2, {"steps": 3}, timeout=240)
+    return launch(lesson.suite, 2, {"steps": 3}, timeout=240)
 
 
 def test_sharded_training_equals_ddp(ranks):

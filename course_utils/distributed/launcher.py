@@ -36,6 +36,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from course_utils import checks
+
 BACKENDS = (None, "gloo", "nccl")
 
 
@@ -83,10 +85,10 @@ def check_importable(fn) -> None:
     """Spawned processes re-import ``fn`` by module and name; fail early and clearly if they cannot."""
     if not callable(fn):
         raise TypeError(f"launch needs a function, got {type(fn).__name__}: pass a worker such as "
-                        "course_utils.distributed.data_parallel.ddp_equivalence")
+                        "course_utils.experiments.data_parallel.ddp_equivalence")
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     hint = ("spawned processes re-import the worker by name, so it must be a module-level function "
-            "in an importable module (e.g. in course_utils/distributed/), not one defined in a "
+            "in an importable module (e.g. in course_utils/experiments/), not one defined in a "
             "notebook, the __main__ script, a lambda or a nested function")
     if module in (None, "__main__", "__mp_main__") or "<" in qualname:
         raise TypeError(f"launch cannot send {qualname or fn!r} (module {module!r}) to other "
@@ -203,12 +205,9 @@ def launch(fn, world_size: int, *args, backend: str | None = None, timeout: floa
     Raises WorkerError with the first failing rank's traceback (or exit signal) if a rank fails.
     """
     check_importable(fn)
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int (number of ranks), got {world_size!r}")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    checks.positive_int(world_size, "world_size", hint="the number of ranks (processes)")
+    checks.choice(backend, "backend", BACKENDS)
+    checks.positive_float(timeout, "timeout", hint="seconds for the whole run")
     backend = backend or default_backend(world_size)
     if backend == "nccl" and torch.cuda.device_count() < world_size:
         raise ValueError(f"backend='nccl' needs one GPU per rank: {world_size} ranks, "

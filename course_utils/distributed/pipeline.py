@@ -14,17 +14,18 @@ nobody downstream waits for, so it can fill idle slots).
                                       activations may stay until W (memory is the price)
 
 ``simulate`` executes a schedule tick by tick (integer costs): each device, when idle, starts the
-next operation its schedule allows whose inputs are ready. ``pipeline_two_stages`` runs the real
-thing with torch.distributed.pipelining on 2 ranks and compares gradients with the unsplit model.
+next operation its schedule allows whose inputs are ready. ``stage_slice`` cuts a Sequential into
+the stages a real pipeline (torch.distributed.pipelining) runs; the lesson's experiment with it is
+in ``course_utils.experiments.pipeline_tensor_parallel``, the Gantt chart in
+``course_utils.plots.plot_timeline``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
+
+from course_utils import checks
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zero_bubble")
 
@@ -137,11 +138,11 @@ def simulate(schedule: str, devices: int, microbatches: int, *, forward: int = 1
     None = no cap (reaches ``zero_bubble_formula``, holding up to m like GPipe), "1f1b" = p - d
     (1F1B's memory: a smaller gain). The memory/bubble trade-off is the lesson.
     """
+    checks.choice(schedule, "schedule", SCHEDULES)
     p, m = devices, microbatches
     for name, value in (("devices", p), ("microbatches", m), ("forward", forward),
                         ("backward", backward), ("chunks", chunks)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        checks.positive_int(value, name)
     v = chunks if schedule == "interleaved" else 1
     if schedule == "interleaved":
         if m % p:
@@ -150,8 +151,8 @@ def simulate(schedule: str, devices: int, microbatches: int, *, forward: int = 1
             raise ValueError(f"interleaved: forward and backward must divide by chunks={v}")
     if schedule == "zero_bubble" and backward < 2:
         raise ValueError("zero_bubble splits backward into B and W: pass backward >= 2")
-    if max_in_flight not in (None, "1f1b") and not (isinstance(max_in_flight, int) and max_in_flight >= 1):
-        raise ValueError(f"max_in_flight must be None, '1f1b' or a positive int, got {max_in_flight!r}")
+    if max_in_flight not in (None, "1f1b"):
+        checks.positive_int(max_in_flight, "max_in_flight", hint="or None (no cap), or '1f1b'")
     cost = {"F": forward // v, "B": backward // v}
     if schedule == "zero_bubble":
         cost = {"F": forward, "B": backward // 2, "W": backward - backward // 2}
@@ -207,82 +208,10 @@ def simulate(schedule: str, devices: int, microbatches: int, *, forward: int = 1
     return timeline
 
 
-def plot_timeline(timeline: Timeline, ax=None):
-    """Gantt chart: one row per device, F blue, B orange, W green, micro-batch number inside."""
-    import matplotlib.pyplot as plt
-    ax = ax or plt.subplots(figsize=(10, 0.5 * timeline.devices + 1))[1]
-    colors = {"F": "#4C72B0", "B": "#DD8452", "W": "#55A868"}
-    for op in timeline.ops:
-        ax.barh(op.device, op.end - op.start, left=op.start, color=colors[op.kind],
-                edgecolor="white", alpha=0.6 + 0.4 * (op.chunk == 0))
-        ax.text((op.start + op.end) / 2, op.device, str(op.microbatch), ha="center",
-                va="center", fontsize=7, color="white")
-    ax.set_yticks(range(timeline.devices), [f"device {d}" for d in range(timeline.devices)])
-    ax.invert_yaxis()
-    ax.set_xlabel("time (units)")
-    ax.set_title(f"{timeline.schedule}: p={timeline.devices}, m={timeline.microbatches}, "
-                 f"bubble {timeline.bubble_fraction:.0%}")
-    return ax
-
-
 # ---------------------------------------------------------------------------------------------
-# The real thing: torch.distributed.pipelining on 2 ranks
+# The real thing: the stages torch.distributed.pipelining runs
 # ---------------------------------------------------------------------------------------------
-def make_deep_mlp(width: int, depth: int, seed: int) -> nn.Sequential:
-    """``depth`` blocks Linear + Tanh, then a Linear head; split into equal halves by stage."""
-    torch.manual_seed(seed)
-    layers = []
-    for _ in range(depth):
-        layers += [nn.Linear(width, width), nn.Tanh()]
-    return nn.Sequential(*layers, nn.Linear(width, width))
-
-
 def stage_slice(model: nn.Sequential, rank: int, world_size: int) -> nn.Sequential:
     """Contiguous block of layers for ``rank``: stage r gets layers [r·L/n, (r+1)·L/n)."""
     bounds = [round(i * len(model) / world_size) for i in range(world_size + 1)]
     return model[bounds[rank]:bounds[rank + 1]]
-
-
-def pipeline_two_stages(rank: int, world_size: int, cfg: dict | None = None) -> dict:
-    """Train one step with GPipe and with 1F1B (torch.distributed.pipelining) on world_size stages;
-    return each stage's gradients and their max difference from the unsplit model's."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-    from course_utils.distributed.data_parallel import settings
-    from course_utils.distributed.launcher import worker_device
-    c = settings(cfg, dict(width=32, depth=4, batch=16, microbatches=4, seed=0))
-    device = worker_device()
-    g = torch.Generator().manual_seed(c.seed)
-    x = torch.randn(c.batch, c.width, generator=g).to(device)
-    y = torch.randn(c.batch, c.width, generator=g).to(device)
-    full = make_deep_mlp(c.width, c.depth, c.seed).to(device)
-    F.mse_loss(full(x), y).backward()   # the reference: one process, whole batch
-    reference = [p.grad.clone() for p in stage_slice(full, rank, world_size).parameters()]
-    result = {}
-    for name, schedule_class in (("gpipe", ScheduleGPipe), ("1f1b", Schedule1F1B)):
-        part = stage_slice(make_deep_mlp(c.width, c.depth, c.seed), rank, world_size).to(device)
-        stage = PipelineStage(part, stage_index=rank, num_stages=world_size, device=device)
-        # loss_fn per micro-batch; the schedule divides the summed grads by m (scale_grads)
-        schedule = schedule_class(stage, n_microbatches=c.microbatches, loss_fn=F.mse_loss)
-        losses: list = []
-        if rank == 0:
-            schedule.step(x)
-        elif rank == world_size - 1:
-            schedule.step(target=y, losses=losses)
-        else:
-            schedule.step()
-        grads = [p.grad for p in part.parameters()]
-        result[name] = {"grad_diff": max((a - b).abs().max().item() for a, b in zip(grads, reference)),
-                        "loss": torch.stack(losses).mean().item() if losses else None,
-                        "params_on_this_stage": sum(p.numel() for p in part.parameters())}
-        dist.barrier()
-    result["loss_unsplit"] = F.mse_loss(full(x), y).item()
-    result["grad_scale"] = max(g.abs().max().item() for g in reference)
-    return result
-
-
-def suite(rank: int, world_size: int, cfg: dict | None = None) -> dict:
-    """Lesson 09's real runs in one launch: the 2-stage pipeline and the tensor-parallel MLP."""
-    from course_utils.distributed.tensor_parallel import tensor_parallel_mlp
-    cfg = cfg or {}
-    return {"pipeline": pipeline_two_stages(rank, world_size, cfg.get("pipeline")),
-            "tensor_parallel": tensor_parallel_mlp(rank, world_size, cfg.get("tensor_parallel"))}

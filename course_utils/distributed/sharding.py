@@ -14,32 +14,29 @@ FSDP2 ``fully_shard``; with ``reshard_after_forward=False`` FSDP2 keeps the gath
 from forward to backward (one all-gather saved, ZeRO-2-like traffic 2(n-1)/n · 4Ψ, full
 parameters resident during the step). Activations are not sharded by any of them.
 
-Workers take ``(rank, world_size, cfg=None)`` and return plain CPU values.
+``parallelize`` wraps a model for one of these strategies; the predictions are the table above.
+The lesson's experiments (all four strategies trained side by side, a distributed checkpoint
+round trip) are in ``course_utils.experiments.sharding``.
 """
 from __future__ import annotations
 
-import shutil
-import tempfile
-import time
-
 import torch
-import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.distributed.optim import ZeroRedundancyOptimizer
-from torch.nn.parallel import DistributedDataParallel as DDP
 
-from course_utils.distributed.comm_count import CollectiveCounter, allreduce_mean_hook, state_bytes
-from course_utils.distributed.data_parallel import global_batch, settings, shard
+from course_utils import checks
+from course_utils.distributed.comm_count import allreduce_mean_hook
+from course_utils.distributed.data_parallel import wrap_ddp
 from course_utils.distributed.launcher import worker_device
+from course_utils.optim import OPTIMIZERS, make_optimizer
 
 try:  # torch >= 2.6 public path; 2.4-2.5 kept FSDP2 under _composable
     from torch.distributed.fsdp import fully_shard
 except ImportError:  # pragma: no cover - older torch
     from torch.distributed._composable.fsdp import fully_shard
 
-DEFAULTS = dict(width=64, depth=4, batch=8, steps=3, lr=1e-3, seed=0)
 STAGES = ("ddp", "zero1", "zero2", "zero3")
+STRATEGIES = ("ddp", "zero1", "fsdp", "fsdp_keep")   # what torch implements; fsdp_keep: no reshard
 
 
 # ---------------------------------------------------------------------------------------------
@@ -51,12 +48,8 @@ def predicted_state_bytes(n_params: int, world_size: int, stage: str,
 
     n_params: Ψ (number of parameters). optim_bytes: per parameter (Adam fp32 m and v: 8).
     """
-    if stage not in STAGES:
-        raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
-    n = world_size
-    level = STAGES.index(stage)
+    level = STAGES.index(checks.choice(stage, "stage", STAGES))
+    n = checks.positive_int(world_size, "world_size")
     return {"params": n_params * param_bytes / (n if level >= 3 else 1),
             "grads": n_params * grad_bytes / (n if level >= 2 else 1),
             "optimizer": n_params * optim_bytes / (n if level >= 1 else 1)}
@@ -64,55 +57,49 @@ def predicted_state_bytes(n_params: int, world_size: int, stage: str,
 
 def predicted_comm_bytes(param_bytes: float, world_size: int, stage: str) -> float:
     """Bytes each rank sends per step with ring collectives: 2(n-1)/n·Ψ, or 3(n-1)/n·Ψ for stage 3."""
-    if stage not in STAGES:
-        raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+    checks.choice(stage, "stage", STAGES)
     n = world_size
     return (3 if stage == "zero3" else 2) * (n - 1) / n * param_bytes
 
 
 # ---------------------------------------------------------------------------------------------
-# The model and the three ways of training it
+# The mechanisms: one model, wrapped for each strategy
 # ---------------------------------------------------------------------------------------------
-def make_stack(width: int, depth: int, seed: int) -> nn.Sequential:
-    """``depth`` equal blocks Linear(width, width) + Tanh: like transformer blocks, equal sizes, so
-    ZeRO-1's whole-parameter partition and FSDP2's row shards both split evenly."""
-    torch.manual_seed(seed)
-    layers = []
-    for _ in range(depth):
-        layers += [nn.Linear(width, width), nn.Tanh()]
-    return nn.Sequential(*layers)
-
-
-def _adamw(params, lr):
-    return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-
-
 def _mesh(world_size: int):
     from torch.distributed.device_mesh import init_device_mesh
     return init_device_mesh(worker_device().type, (world_size,))
 
 
-def build(strategy: str, c, world_size: int):
-    """(model, module to call, optimizer) for 'ddp', 'zero1', 'fsdp' or 'fsdp_keep'."""
-    device = worker_device()
-    model = make_stack(c.width, c.depth, c.seed).to(device)
+def parallelize(model: nn.Module, strategy: str, world_size: int, *, optimizer: str = "adamw",
+                lr: float = 1e-3, **optimizer_overrides):
+    """(module to call, optimizer) for ``model`` (already on this rank's device) under
+    'ddp', 'zero1' (ZeroRedundancyOptimizer), 'fsdp' (FSDP2, ZeRO-3) or 'fsdp_keep' (FSDP2 with
+    ``reshard_after_forward=False``). ``optimizer`` names a row of ``course_utils.optim``.
+
+    FSDP2 shards each Linear on its own (so gathers happen layer by layer), then the root.
+    DDP's all-reduce goes through ``allreduce_mean_hook`` so that ``CollectiveCounter`` sees it.
+    """
+    checks.choice(strategy, "strategy", STRATEGIES)
     if strategy in ("ddp", "zero1"):
-        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        ddp = wrap_ddp(model)
         ddp.register_comm_hook(None, allreduce_mean_hook)  # visible to CollectiveCounter
         if strategy == "ddp":
-            return model, ddp, _adamw(ddp.parameters(), c.lr)
-        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW,
-                                      lr=c.lr, weight_decay=0.01)
-        return model, ddp, opt
-    if strategy in ("fsdp", "fsdp_keep"):
-        mesh = _mesh(world_size)
-        keep = strategy == "fsdp_keep"
-        for block in model:
-            if isinstance(block, nn.Linear):
-                fully_shard(block, mesh=mesh, reshard_after_forward=not keep)
-        fully_shard(model, mesh=mesh, reshard_after_forward=not keep)
-        return model, model, _adamw(model.parameters(), c.lr)
-    raise ValueError(f"strategy must be 'ddp', 'zero1', 'fsdp' or 'fsdp_keep', got {strategy!r}")
+            return ddp, make_optimizer(optimizer, ddp.parameters(), lr, **optimizer_overrides)
+        spec = OPTIMIZERS[checks.choice(optimizer, "optimizer", OPTIMIZERS)]
+        return ddp, ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=spec.cls, lr=lr,
+                                            **{**spec.defaults, **optimizer_overrides})
+    mesh = _mesh(world_size)
+    reshard = strategy == "fsdp"
+    for block in model:
+        if isinstance(block, nn.Linear):
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    return model, make_optimizer(optimizer, model.parameters(), lr, **optimizer_overrides)
+
+
+def _local(t):
+    """This rank's shard of ``t`` (a DTensor under FSDP2), or ``t`` itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def full_params(model: nn.Module) -> torch.Tensor:
@@ -122,114 +109,17 @@ def full_params(model: nn.Module) -> torch.Tensor:
     return torch.cat(parts)
 
 
-def _local_param_bytes(model) -> int:
-    return sum((p.to_local() if hasattr(p, "to_local") else p).numel() * p.element_size()
-               for p in model.parameters())
+def local_param_bytes(model: nn.Module) -> int:
+    """Parameter bytes this rank holds right now (FSDP2: its shards, or the gathered whole)."""
+    return sum(_local(p).numel() * p.element_size() for p in model.parameters())
 
 
-def train_and_measure(rank: int, world_size: int, strategy: str, c) -> dict:
-    """``c.steps`` AdamW steps; the last one counted. Returns params, state and comm per rank."""
-    model, module, opt = build(strategy, c, world_size)
-    n_params = sum(p.numel() for p in make_stack(c.width, c.depth, c.seed).parameters())
-    held_after_forward = None
-    for step in range(c.steps):
-        x, y = global_batch(step, c.batch * world_size, c.width, c.width, c.seed,
-                            device=worker_device())
-        counting = step == c.steps - 1
-        dist.barrier()
-        with CollectiveCounter() if counting else _null() as comm:
-            opt.zero_grad()
-            out = module(shard(x, rank, world_size))
-            if counting:  # parameter bytes this rank holds between forward and backward
-                held_after_forward = _local_param_bytes(model)
-            F.mse_loss(out, shard(y, rank, world_size)).backward()
-            opt.step()
-        if counting:
-            resident = state_bytes(model, opt)
-    return {"strategy": strategy, "n_params": n_params, "param_bytes": 4 * n_params,
-            "params": full_params(model), "state": resident,
-            "held_after_forward": held_after_forward, "comm": comm.summary(world_size)}
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
-def compare_strategies(rank: int, world_size: int, cfg: dict | None = None) -> dict:
-    """DDP, ZeRO-1, FSDP2 (ZeRO-3) and FSDP2 without reshard-after-forward, same data and init."""
-    c = settings(cfg, DEFAULTS)
-    results = {}
-    for strategy in ("ddp", "zero1", "fsdp", "fsdp_keep"):
-        start = time.perf_counter()
-        results[strategy] = train_and_measure(rank, world_size, strategy, c)
-        results[strategy]["seconds"] = time.perf_counter() - start
-    return results
-
-
-# ---------------------------------------------------------------------------------------------
-# Distributed checkpoint of a sharded model
-# ---------------------------------------------------------------------------------------------
-def _local_state(model, opt) -> dict:
-    """Every local shard this rank holds: parameters and Adam state, as plain tensors."""
+def local_shards(model: nn.Module, optimizer) -> dict:
+    """Every local shard this rank holds: parameters and optimizer state, as plain tensors."""
     def local(t):
-        return (t.to_local() if hasattr(t, "to_local") else t).detach().clone()
+        return _local(t).detach().clone()
     state = {f"param.{name}": local(p) for name, p in model.named_parameters()}
-    for i, per_param in enumerate(opt.state.values()):
+    for i, per_param in enumerate(optimizer.state.values()):
         for key, value in per_param.items():
             state[f"optim.{i}.{key}"] = local(value) if isinstance(value, torch.Tensor) else value
     return state
-
-
-def checkpoint_roundtrip(rank: int, world_size: int, cfg: dict | None = None) -> dict:
-    """Save a sharded FSDP2 model + AdamW state with torch.distributed.checkpoint, load it into a
-    fresh sharded model, and compare every local shard bitwise; then one more step on both."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-    c = settings(cfg, DEFAULTS)
-    device = worker_device()
-    path = [tempfile.mkdtemp(prefix="dcp-") if rank == 0 else None]
-    dist.broadcast_object_list(path, src=0)  # every rank writes its own shards into one folder
-
-    def step(model, opt, i):
-        x, y = global_batch(i, c.batch * world_size, c.width, c.width, c.seed, device=device)
-        opt.zero_grad()
-        F.mse_loss(model(shard(x, rank, world_size)), shard(y, rank, world_size)).backward()
-        opt.step()
-
-    model, _, opt = build("fsdp", c, world_size)
-    for i in range(c.steps):
-        step(model, opt, i)
-    model_sd, optim_sd = get_state_dict(model, opt)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path[0])
-    files = sorted(p.name for p in __import__("pathlib").Path(path[0]).iterdir())
-
-    fresh, _, fresh_opt = build("fsdp", settings({**(cfg or {}), "seed": c.seed + 1}, DEFAULTS),
-                                world_size)  # different init: the load must overwrite it
-    fresh_model_sd, fresh_optim_sd = get_state_dict(fresh, fresh_opt)
-    loaded = {"model": fresh_model_sd, "optim": fresh_optim_sd}
-    dcp.load(loaded, checkpoint_id=path[0])
-    set_state_dict(fresh, fresh_opt, model_state_dict=loaded["model"],
-                   optim_state_dict=loaded["optim"])
-
-    saved, restored = _local_state(model, opt), _local_state(fresh, fresh_opt)
-    exact = all(torch.equal(torch.as_tensor(saved[k]), torch.as_tensor(restored[k])) for k in saved)
-    step(model, opt, c.steps)
-    step(fresh, fresh_opt, c.steps)
-    next_step_equal = torch.equal(full_params(model), full_params(fresh))
-    dist.barrier()
-    if rank == 0:
-        shutil.rmtree(path[0], ignore_errors=True)
-    return {"keys_match": sorted(saved) == sorted(restored), "exact": exact,
-            "next_step_equal": bool(next_step_equal), "files": files,
-            "local_shard_bytes": sum(v.numel() * v.element_size() for v in saved.values()
-                                     if isinstance(v, torch.Tensor))}
-
-
-def suite(rank: int, world_size: int, cfg: dict | None = None) -> dict:
-    """Every lesson-08 check in one launch."""
-    return {"strategies": compare_strategies(rank, world_size, cfg),
-            "checkpoint": checkpoint_roundtrip(rank, world_size, cfg)}

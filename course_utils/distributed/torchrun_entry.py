@@ -1,7 +1,7 @@
 """Run any ``launch`` worker under torchrun instead (several GPUs, several nodes, a cluster).
 
     torchrun --nproc_per_node 2 -m course_utils.distributed.torchrun_entry \\
-        course_utils.distributed.data_parallel:ddp_equivalence --cfg '{"steps": 3}' --out results/
+        course_utils.experiments.data_parallel:ddp_equivalence --cfg '{"steps": 3}' --out results/
 
 torchrun starts the processes and sets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT / LOCAL_RANK;
 this entry joins the process group from those (``env://``), calls ``fn(rank, world_size, cfg)``
@@ -29,7 +29,7 @@ def resolve(spec: str):
     module, sep, name = spec.partition(":")
     if not sep or not name:
         raise ValueError(f"worker must be written module:function, got {spec!r} "
-                         "(e.g. course_utils.distributed.demo:hello_all_reduce)")
+                         "(e.g. course_utils.experiments.data_parallel:hello_all_reduce)")
     return getattr(importlib.import_module(module), name)
 
 

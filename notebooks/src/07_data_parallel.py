@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.distributed import WorkerError, launch
-from course_utils.distributed import data_parallel as dp
-from course_utils.distributed import demo
+from course_utils.experiments import data_parallel as lesson
+from course_utils.experiments import toys
 from course_utils.exercises import check_close, check_equal
 from course_utils.report import headline, show_table
 from course_utils.runtime import setup
@@ -55,11 +55,13 @@ print(device, "| ranks:", cfg.ranks)
 # question: do the n copies stay one set of parameters?
 #
 # First, the machinery. `launch(fn, n)` starts n real processes, joins them into a process group
-# and returns what each rank's `fn(rank, n)` returned. The workers live in
-# `course_utils/distributed/` because every process re-imports them by name.
+# and returns what each rank's `fn(rank, n)` returned. This lesson's workers live in
+# `course_utils/experiments/data_parallel.py` because every process re-imports them by name; the
+# mechanisms they use (gradient averaging, cross-rank BatchNorm, gathers) live in
+# `course_utils/distributed/`.
 
 # %%
-hello = launch(demo.hello_all_reduce, cfg.ranks)
+hello = launch(lesson.hello_all_reduce, cfg.ranks)
 show_table(hello)
 
 # %% [markdown]
@@ -69,7 +71,7 @@ show_table(hello)
 
 # %%
 try:
-    launch(demo.fail_on_rank, cfg.ranks, 1, timeout=60)
+    launch(lesson.fail_on_rank, cfg.ranks, 1, timeout=60)
 except WorkerError as err:
     failed_rank, failure = err.rank, str(err)
 print(f"rank {failed_rank} failed; the re-raised traceback ends with:\n  "
@@ -94,8 +96,8 @@ assert failed_rank == 1 and "found a NaN" in failure
 # First the identity itself, in this process, without any ranks:
 
 # %%
-model = dp.make_mlp(16, 32, 4, seed=cfg.seed)
-x, y = dp.global_batch(0, 16, 16, 4, seed=cfg.seed)
+model = toys.make_mlp(16, 32, 4, seed=cfg.seed)
+x, y = toys.global_batch(0, 16, 16, 4, seed=cfg.seed)
 full_grad = torch.autograd.grad(F.mse_loss(model(x), y), list(model.parameters()))
 shard_grads = [torch.autograd.grad(F.mse_loss(model(xs), ys), list(model.parameters()))
                for xs, ys in zip(x.chunk(2), y.chunk(2))]
@@ -115,12 +117,13 @@ print(f"max |full-batch grad - mean of 2 shard grads| = {identity_gap:.1e}")
 # `ddp_equivalence` builds the model on each rank from a *different* seed (to show the initial
 # broadcast), wraps it in DDP, and trains it on its half of each batch; alongside, each rank trains
 # a single-process copy on the whole batch. After every step it records max |θ_DDP − θ_single|.
+# Two optimizers: SGD with momentum 0.9 (`sgd-momentum` in `course_utils.optim`) and AdamW.
 
 # %%
-eq = launch(dp.ddp_equivalence, cfg.ranks, cfg.dp)
-eq64 = launch(dp.ddp_equivalence, cfg.ranks, {**cfg.dp, "dtype": "float64"})
+eq = launch(lesson.ddp_equivalence, cfg.ranks, cfg.dp)
+eq64 = launch(lesson.ddp_equivalence, cfg.ranks, {**cfg.dp, "dtype": "float64"})
 rows = []
-for opt in ("sgd", "adamw"):
+for opt in lesson.EQUIVALENCE_OPTIMIZERS:
     rows.append({"optimizer": opt,
                  "rank 0 init checksum": eq[0][opt]["checksum_before_broadcast"],
                  "rank 1 init checksum": eq[1][opt]["checksum_before_broadcast"],
@@ -143,7 +146,7 @@ show_table(rows)
 # is one step on n·k·B rows, and the all-reduce runs once per step, not k times.
 
 # %%
-ns = launch(dp.ddp_no_sync_accumulation, cfg.ranks, {**cfg.dp, "accumulation": 4})
+ns = launch(lesson.ddp_no_sync_accumulation, cfg.ranks, {**cfg.dp, "accumulation": 4})
 print("max |Δθ| per step:", [f"{d:.1e}" for d in ns[0]["max_abs_diff"]],
       "| all-reduced buckets per step:", ns[0]["allreduce_buckets_per_step"],
       f"for {ns[0]['micro_batches']} micro-batches")
@@ -155,7 +158,7 @@ print("max |Δθ| per step:", [f"{d:.1e}" for d in ns[0]["max_abs_diff"]],
 # pushes through its TCP sockets.
 
 # %%
-comm = {n: launch(dp.ddp_comm_bytes, n, cfg.comm) for n in (1, cfg.ranks)}
+comm = {n: launch(lesson.ddp_comm_bytes, n, cfg.comm) for n in (1, cfg.ranks)}
 show_table([{"ranks": n, "Ψ (grad bytes)": c[0]["param_bytes"],
              "all-reduce payload/step": c[0]["payload_per_step"],
              "ring formula 2(n-1)/n·Ψ": c[0]["ring_formula"],
@@ -169,15 +172,15 @@ show_table([{"ranks": n, "Ψ (grad bytes)": c[0]["param_bytes"],
 assert identity_gap < 1e-6, identity_gap
 for run, tol in ((eq, 5e-6), (eq64, 1e-12)):
     for r in run:
-        for opt in ("sgd", "adamw"):
+        for opt in lesson.EQUIVALENCE_OPTIMIZERS:
             assert max(r[opt]["max_abs_diff"]) < tol, (opt, r[opt]["max_abs_diff"])
-a, b = eq[0]["sgd"], eq[1]["sgd"]
+a, b = eq[0]["sgd-momentum"], eq[1]["sgd-momentum"]
 assert a["checksum_before_broadcast"] != b["checksum_before_broadcast"], "ranks must start apart"
 assert b["checksum_after_broadcast"] == a["checksum_before_broadcast"], "DDP broadcasts rank 0"
 assert max(ns[0]["max_abs_diff"]) < 1e-6 and ns[0]["allreduce_buckets_per_step"] == [1] * len(ns[0]["max_abs_diff"])
 for n, c in comm.items():
     assert c[0]["payload_per_step"] == c[0]["param_bytes"]          # every gradient byte once
-    assert c[0]["manual_equals_ddp_bitwise"]                         # dp.average_gradients == DDP
+    assert c[0]["manual_equals_ddp_bitwise"]                         # average_gradients by hand == DDP
     if c[0]["wire_per_step"] is not None and n > 1:
         assert 1.0 <= c[0]["wire_per_step"] / c[0]["ring_formula"] < 1.25
 
@@ -218,9 +221,9 @@ plt.show()
 #   only its own shard's history and the copies disagree.
 
 # %%
-bn = launch(dp.batchnorm_boundary, cfg.ranks, cfg.dp)
-sim = launch(dp.simclr_negatives, cfg.ranks, cfg.dp)
-moco = launch(dp.moco_queue_from_all_ranks, cfg.ranks, cfg.dp)
+bn = launch(lesson.batchnorm_boundary, cfg.ranks, cfg.dp)
+sim = launch(lesson.simclr_negatives, cfg.ranks, cfg.dp)
+moco = launch(lesson.moco_queue_from_all_ranks, cfg.ranks, cfg.dp)
 show_table([{"variant": v, "max |out − large batch|": bn[0][v]["output_diff"],
              "max |grad − large batch|": bn[0][v]["grad_diff"]} for v in ("per_rank_bn", "synced_bn")])
 show_table([{"SimCLR negatives": v, "candidates per anchor": sim[0][f"candidates_{k}"],
@@ -381,8 +384,8 @@ check_equal(simclr_candidates(256, 8), (511, 4095), what="256 images per rank on
 
 # %%
 headline(
-    ddp_max_param_diff_fp32=max(max(r[o]["max_abs_diff"]) for r in eq for o in ("sgd", "adamw")),
-    ddp_max_param_diff_fp64=max(max(r[o]["max_abs_diff"]) for r in eq64 for o in ("sgd", "adamw")),
+    ddp_max_param_diff_fp32=max(max(r[o]["max_abs_diff"]) for r in eq for o in lesson.EQUIVALENCE_OPTIMIZERS),
+    ddp_max_param_diff_fp64=max(max(r[o]["max_abs_diff"]) for r in eq64 for o in lesson.EQUIVALENCE_OPTIMIZERS),
     no_sync_max_param_diff=max(ns[0]["max_abs_diff"]),
     allreduce_payload_over_psi=comm[cfg.ranks][0]["payload_per_step"] / psi,
     wire_over_ring_formula=(comm[cfg.ranks][0]["wire_per_step"] or float("nan")) / comm[cfg.ranks][0]["ring_formula"],

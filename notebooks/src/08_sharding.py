@@ -27,6 +27,8 @@ import torch.nn.functional as F
 
 from course_utils.distributed import launch
 from course_utils.distributed import sharding as sh
+from course_utils.experiments import sharding as lesson
+from course_utils.experiments import toys
 from course_utils.exercises import check_close, check_equal
 from course_utils.ledger import measure
 from course_utils.report import headline, show_table
@@ -91,7 +93,7 @@ show_table([{"stage": stage, **{k: v / GB for k, v in sh.predicted_state_bytes(s
 # holds afterwards. First the single-process ledger of the same step, the n = 1 reference:
 
 # %%
-model = sh.make_stack(cfg.model["width"], cfg.model["depth"], cfg.seed).to(device)
+model = toys.make_stack(cfg.model["width"], cfg.model["depth"], cfg.seed).to(device)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 x = torch.randn(cfg.model["batch"], cfg.model["width"], device=device)
 
@@ -108,7 +110,7 @@ print(f"Ψ = {n_params:,} parameters = {4 * n_params:,} bytes; ledger: params {r
       f"grads {record.grad_bytes:,}, optimizer {record.optimizer_bytes:,} bytes")
 
 # %%
-runs = {n: launch(sh.compare_strategies, n, cfg.model, timeout=300) for n in (1, cfg.ranks)}
+runs = {n: launch(lesson.compare_strategies, n, cfg.model, timeout=300) for n in (1, cfg.ranks)}
 stage_of = {"ddp": "ddp", "zero1": "zero1", "fsdp": "zero3", "fsdp_keep": "zero3"}
 rows = []
 for n, per_rank in runs.items():
@@ -189,7 +191,7 @@ plt.show()
 # then take one more step with both.
 
 # %%
-ckpt = launch(sh.checkpoint_roundtrip, cfg.ranks, cfg.model, timeout=300)
+ckpt = launch(lesson.checkpoint_roundtrip, cfg.ranks, cfg.model, timeout=300)
 show_table([{"rank": i, "files": ", ".join(c["files"]), "local shard bytes": c["local_shard_bytes"],
              "exact": c["exact"], "next step equal": c["next_step_equal"]} for i, c in enumerate(ckpt)])
 

@@ -26,8 +26,9 @@ import matplotlib.pyplot as plt
 
 from course_utils.distributed import launch
 from course_utils.distributed import pipeline as pp
-from course_utils.distributed import tensor_parallel as tp
+from course_utils.experiments import pipeline_tensor_parallel as lesson
 from course_utils.exercises import check_close, check_equal
+from course_utils.plots import plot_timeline
 from course_utils.report import headline, show_table
 from course_utils.runtime import setup
 from course_utils.scales import config
@@ -96,7 +97,7 @@ timelines = {
 }
 fig, axes = plt.subplots(len(timelines), 1, figsize=(11, 2.0 * len(timelines)))
 for ax, (name, t) in zip(axes, timelines.items()):
-    pp.plot_timeline(t, ax)
+    plot_timeline(t, ax)
     ax.set_title(f"{name}: bubble {t.bubble_fraction:.1%}, peak activations on device 0: "
                  f"{t.peak_activations(0):g} micro-batches", fontsize=9)
 plt.tight_layout()
@@ -156,7 +157,7 @@ assert [t["zero_bubble (1F1B memory)"].peak_activations(d) for d in range(p)] ==
 # DTensor version (`ColwiseParallel` then `RowwiseParallel`) as a cross-check.
 
 # %%
-real = launch(pp.suite, cfg.ranks, cfg.real, timeout=300)
+real = launch(lesson.suite, cfg.ranks, cfg.real, timeout=300)
 show_table([{"rank": r, "schedule": s, "params on stage": real[r]["pipeline"][s]["params_on_this_stage"],
              "max |grad − unsplit|": real[r]["pipeline"][s]["grad_diff"],
              "loss": real[r]["pipeline"][s]["loss"]} for r in range(cfg.ranks) for s in ("gpipe", "1f1b")])

@@ -1,23 +1,32 @@
-"""All-gather that routes gradients back: SimCLR negatives from every rank, one consistent loss.
+"""Differentiable collectives: the communication code the parallel layers and losses are built on.
 
-Each rank r holds B local rows x_r. ``all_gather_with_grad`` returns X = [x_0; x_1; ...] (nB×d)
-on every rank. Every rank's loss L_k may use all of X, and the total objective is Σ_k L_k, so
+The layers (``data_parallel``, ``tensor_parallel``) hold the arithmetic; everything that crosses
+ranks is here, each op with its forward and its backward (picotron keeps them apart the same way):
 
-    d(Σ_k L_k)/d x_r  =  Σ_k  dL_k/dX[rows of r]
+    op                      forward                      backward
+    all_gather_with_grad    B×d -> nB×d (all-gather)     reduce-scatter: Σ_k dL_k/dX, my rows
+    all_reduce_with_grad    Σ_r x_r (all-reduce)         all-reduce of the gradient
+    copy_to_ranks     (f)   identity                     all-reduce of the gradient
+    sum_from_ranks    (g)   Σ_r x_r (all-reduce)         identity
+    all_gather_no_grad      B×d -> nB×d, detached        (none)
 
-i.e. the backward of an all-gather is a *reduce-scatter* (sum the gathered-gradient from every
-rank, keep your own slice). DDP then averages parameter gradients over ranks, which turns Σ_k L_k
-into mean_k L_k: with equal B, exactly the single-process loss over the nB-image batch.
+Why the all-gather's backward is a reduce-scatter: each rank r holds B local rows x_r and every
+rank's loss L_k may use all of X = [x_0; x_1; ...], and the objective is Σ_k L_k, so
 
-torch also ships this as ``torch.distributed.nn.functional.all_gather``; the Function below is the
-same idea in ten lines so the lesson can show it, and the tests check the two agree.
+    d(Σ_k L_k)/d x_r  =  Σ_k  dL_k/dX[rows of r].
+
+DDP then averages parameter gradients over ranks, which turns Σ_k L_k into mean_k L_k: with equal
+B, exactly the single-process loss over the nB-row batch.
+
+torch also ships the gather as ``torch.distributed.nn.functional.all_gather``; the Function below
+is the same idea in ten lines so the lesson can show it, and the tests check the two agree.
 """
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from course_utils.objectives.simclr import nt_xent_loss
+from course_utils import checks
 
 # torch >= 2.10 renamed *_into_tensor / *_tensor to *_single; older versions only have the old names.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -42,6 +51,13 @@ def _gather(local: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _summed(t: torch.Tensor) -> torch.Tensor:
+    """Σ over ranks of ``t``, as a new tensor (``t`` itself is left alone)."""
+    total = t.clone()
+    dist.all_reduce(total)
+    return total
+
+
 class _AllGatherWithGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, local):                  # local: B×d
@@ -60,14 +76,35 @@ class _AllReduceWithGrad(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, local):
-        total = local.clone()
-        dist.all_reduce(total)
-        return total
+        return _summed(local)
 
     @staticmethod
     def backward(ctx, grad_total):
-        grad = grad_total.clone()
-        dist.all_reduce(grad)
+        return _summed(grad_total)
+
+
+class _CopyToRanks(torch.autograd.Function):
+    """f: identity forward; all-reduce (sum) the input gradient in backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _summed(grad)
+
+
+class _SumFromRanks(torch.autograd.Function):
+    """g: all-reduce (sum) the partial outputs in forward; identity in backward (every rank
+    computes the same loss from the same y, so each partial gets the gradient of y as is)."""
+
+    @staticmethod
+    def forward(ctx, partial):
+        return _summed(partial)
+
+    @staticmethod
+    def backward(ctx, grad):
         return grad
 
 
@@ -78,7 +115,8 @@ def all_reduce_with_grad(local: torch.Tensor) -> torch.Tensor:
 
 def all_gather_with_grad(local: torch.Tensor) -> torch.Tensor:
     """B×d on each rank -> nB×d on every rank; gradients flow back to each rank's own rows."""
-    if not isinstance(local, torch.Tensor) or local.dim() < 1:
+    checks.tensor(local, "all_gather_with_grad's input", shape_hint="B×...")
+    if local.dim() < 1:
         raise TypeError(f"all_gather_with_grad needs a tensor of shape B×..., got {local!r}")
     return _AllGatherWithGrad.apply(local)
 
@@ -89,19 +127,11 @@ def all_gather_no_grad(local: torch.Tensor) -> torch.Tensor:
     return _gather(local)
 
 
-def nt_xent_local_with_global_negatives(z1: torch.Tensor, z2: torch.Tensor,
-                                        temperature: float = 0.5) -> torch.Tensor:
-    """This rank's share of the large-batch NT-Xent: its 2B anchors against all 2nB candidates.
+def copy_to_ranks(x: torch.Tensor) -> torch.Tensor:
+    """Megatron's f: the same ``x`` on every rank enters a split layer (gradients summed back)."""
+    return _CopyToRanks.apply(x)
 
-    z1, z2: B×d (this rank's two views). The other ranks' rows (2(n-1)B of them, both views) are
-    exactly ``extra_negatives`` of the single-process loss: never a positive for a local anchor.
-    Returns the mean over local anchors; its mean over ranks (what DDP's gradient averaging
-    optimises) equals nt_xent_loss on the concatenated batch.
-    """
-    rank, n = dist.get_rank(), dist.get_world_size()
-    b = z1.shape[0]
-    every1, every2 = all_gather_with_grad(z1), all_gather_with_grad(z2)  # nB×d each
-    others = torch.ones(n * b, dtype=torch.bool, device=z1.device)
-    others[rank * b:(rank + 1) * b] = False                               # drop my own rows
-    negatives = torch.cat([every1[others], every2[others]])               # 2(n-1)B×d
-    return nt_xent_loss(z1, z2, temperature=temperature, extra_negatives=negatives)
+
+def sum_from_ranks(partial: torch.Tensor) -> torch.Tensor:
+    """Megatron's g: add the ranks' partial outputs of a split layer (gradient passed as is)."""
+    return _SumFromRanks.apply(partial)

@@ -1,0 +1,14 @@
+"""The launchable experiments lessons 07-09 run, one module per lesson, apart from the mechanisms.
+
+Each worker is a module-level function ``fn(rank, world_size, ...)`` so that ``launch`` (and
+torchrun, through ``course_utils.distributed.torchrun_entry``) can re-import it in every rank.
+
+- ``toys``                      the shared toy models and batches (settings, make_mlp, make_stack,
+                                global_batch, shard, ...)
+- ``data_parallel``             lesson 07: the launcher at work; DDP == one large batch; no_sync;
+                                bytes; BatchNorm, SimCLR negatives and the MoCo queue across ranks
+- ``sharding``                  lesson 08: DDP, ZeRO-1, FSDP2 side by side; distributed checkpoint
+- ``pipeline_tensor_parallel``  lesson 09: a real pipeline and a real tensor-parallel MLP
+
+The mechanisms they exercise (and their predictions) are in ``course_utils.distributed``.
+"""

@@ -1,0 +1,120 @@
+"""Lesson 09's experiments: a real pipeline and a real tensor-parallel MLP, against the unsplit model.
+
+- ``pipeline_two_stages``: torch.distributed.pipelining runs GPipe and 1F1B over ``world_size``
+  stages of a deep MLP (``distributed.pipeline.stage_slice``); each stage's gradients are compared
+  with the unsplit model's.
+- ``tensor_parallel_mlp``: the Megatron column-then-row MLP (``distributed.tensor_parallel``)
+  against the unsplit MLP and against torch's own DTensor version, all-reduces counted.
+
+Workers take ``(rank, world_size, cfg=None)`` and return plain CPU values; ``suite`` runs both in
+one launch. The schedule simulator (no ranks needed) is ``distributed.pipeline.simulate``.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from course_utils.distributed.comm_count import CollectiveCounter
+from course_utils.distributed.launcher import worker_device
+from course_utils.distributed.pipeline import stage_slice
+from course_utils.distributed.tensor_parallel import ColumnRowMLP
+from course_utils.experiments.toys import make_stack, make_transformer_mlp, random_pair, settings
+
+PIPELINE_DEFAULTS = dict(width=32, depth=4, batch=16, microbatches=4, seed=0)
+TENSOR_PARALLEL_DEFAULTS = dict(hidden=32, batch=8, seed=0)
+
+
+def pipeline_two_stages(rank: int, world_size: int, cfg: dict | None = None) -> dict:
+    """Train one step with GPipe and with 1F1B (torch.distributed.pipelining) on world_size stages;
+    return each stage's gradients and their max difference from the unsplit model's."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    c = settings(cfg, PIPELINE_DEFAULTS)
+    device = worker_device()
+    x, y = random_pair(c.batch, c.width, c.width, c.seed, device=device)
+    full = make_stack(c.width, c.depth, c.seed, head=True).to(device)
+    F.mse_loss(full(x), y).backward()   # the reference: one process, whole batch
+    reference = [p.grad.clone() for p in stage_slice(full, rank, world_size).parameters()]
+    result = {}
+    for name, schedule_class in (("gpipe", ScheduleGPipe), ("1f1b", Schedule1F1B)):
+        part = stage_slice(make_stack(c.width, c.depth, c.seed, head=True), rank, world_size).to(device)
+        stage = PipelineStage(part, stage_index=rank, num_stages=world_size, device=device)
+        # loss_fn per micro-batch; the schedule divides the summed grads by m (scale_grads)
+        schedule = schedule_class(stage, n_microbatches=c.microbatches, loss_fn=F.mse_loss)
+        losses: list = []
+        if rank == 0:
+            schedule.step(x)
+        elif rank == world_size - 1:
+            schedule.step(target=y, losses=losses)
+        else:
+            schedule.step()
+        grads = [p.grad for p in part.parameters()]
+        result[name] = {"grad_diff": max((a - b).abs().max().item() for a, b in zip(grads, reference)),
+                        "loss": torch.stack(losses).mean().item() if losses else None,
+                        "params_on_this_stage": sum(p.numel() for p in part.parameters())}
+        dist.barrier()
+    result["loss_unsplit"] = F.mse_loss(full(x), y).item()
+    result["grad_scale"] = max(g.abs().max().item() for g in reference)
+    return result
+
+
+def tensor_parallel_mlp(rank: int, world_size: int, cfg: dict | None = None) -> dict:
+    """Column-then-row MLP vs the unsplit one: outputs, gradients, all-reduces counted.
+
+    Also runs torch's own DTensor version (parallelize_module with ColwiseParallel then
+    RowwiseParallel) on the same weights and reports whether it agrees.
+    """
+    c = settings(cfg, TENSOR_PARALLEL_DEFAULTS)
+    device = worker_device()
+    full = make_transformer_mlp(c.hidden, c.seed).to(device)
+    x, target = random_pair(c.batch, c.hidden, c.hidden, c.seed + 1, device=device)
+    x_full = x.clone().requires_grad_()
+    y_full = full(x_full)
+    F.mse_loss(y_full, target).backward()
+
+    tp = ColumnRowMLP(full, rank, world_size).to(device)
+    x_tp = x.clone().requires_grad_()
+    with CollectiveCounter() as comm:
+        y_tp = tp(x_tp)
+        forward_calls = comm.calls["all_reduce"]
+        F.mse_loss(y_tp, target).backward()
+    part = tp.part
+    grad_diffs = {
+        "w1": (tp.w1.grad - full[0].weight.grad[part]).abs().max().item(),
+        "b1": (tp.b1.grad - full[0].bias.grad[part]).abs().max().item(),
+        "w2": (tp.w2.grad - full[2].weight.grad[:, part]).abs().max().item(),
+        "b2": (tp.b2.grad - full[2].bias.grad).abs().max().item(),
+        "x": (x_tp.grad - x_full.grad).abs().max().item()}
+    result = {"output_diff": (y_tp - y_full).abs().max().item(), "grad_diff": grad_diffs,
+              "allreduce_calls": dict(forward=forward_calls,
+                                      backward=comm.calls["all_reduce"] - forward_calls),
+              "allreduce_bytes": comm.payload["all_reduce"],
+              "predicted_bytes": 2 * c.batch * c.hidden * 4,   # two B×h fp32 all-reduces
+              "weights_on_this_rank": sum(p.numel() for p in tp.parameters()),
+              "weights_unsplit": sum(p.numel() for p in full.parameters())}
+    result["torch_dtensor_output_diff"] = _dtensor_version(full, x, world_size, c.seed, device)
+    return result
+
+
+def _dtensor_version(full, x, world_size, seed, device):
+    """torch.distributed.tensor.parallel on a copy of ``full``; max |y - y_full| (or None)."""
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                       parallelize_module)
+    except ImportError:  # pragma: no cover - very old torch
+        return None
+    copy = make_transformer_mlp(full[0].in_features, seed).to(device)
+    copy.load_state_dict(full.state_dict())
+    mesh = init_device_mesh(device.type, (world_size,))
+    parallelize_module(copy, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    with torch.no_grad():
+        y = copy(x)
+        return (y - full(x)).abs().max().item()
+
+
+def suite(rank: int, world_size: int, cfg: dict | None = None) -> dict:
+    """Lesson 09's real runs in one launch: the 2-stage pipeline and the tensor-parallel MLP."""
+    cfg = cfg or {}
+    return {"pipeline": pipeline_two_stages(rank, world_size, cfg.get("pipeline")),
+            "tensor_parallel": tensor_parallel_mlp(rank, world_size, cfg.get("tensor_parallel"))}

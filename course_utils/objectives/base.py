@@ -4,7 +4,7 @@ An objective is an ``nn.Module`` with
 
     training_loss(batch, *, augment=None, generator=None) -> dict   at least {"loss": scalar}
     encoder          the module a probe evaluates (images -> features)
-    caches           tensors or modules kept across steps (booked by the ledger as "cached")
+    caches           tensors kept across steps (booked by the ledger as "cached")
     ledger_encoders  name -> module whose inputs the ledger counts as "encoded now"
 
 A batch is ``images``, ``(images, labels)`` or ``(images, labels, ids)`` (ids index the dataset;

@@ -156,7 +156,8 @@ class MoCo(Objective):
 
     @property
     def caches(self) -> tuple:
-        return (self.queue,)
+        # the keys plus the queue's per-slot bookkeeping (pointer, ages, ids): all kept across steps
+        return tuple(self.queue.buffers())
 
     @property
     def ledger_encoders(self) -> dict:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from .. import checks
-from .batch import check_batch, check_rgb_or_gray, interval, number_in
+from .batch import check_batch, check_rgb_or_gray, interval
 from .geometry import horizontal_flip, random_resized_crop, random_rot90
 from .photometric import (adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation, color_jitter,
                           gaussian_blur, hsv_to_rgb, random_grayscale, rgb_to_hsv)
@@ -59,7 +59,7 @@ class SimCLRAugment:
                  flip: bool = True, rotate: bool = False):
         self.image_size = checks.positive_int(image_size, "image_size", hint="the output side in pixels")
         self.crop_scale = interval(crop_scale, "crop_scale", 0.0, 1.0)
-        number_in(color_strength, "color_strength", 0, 2.5, hint=" (0.5 = SimCLR's CIFAR setting)")
+        checks.float_in_range(color_strength, "color_strength", 0, 2.5, hint="0.5 is SimCLR's CIFAR setting")
         self.color = bool(color)
         self.color_strength = float(color_strength)
         self.blur = bool(blur)

@@ -5,7 +5,6 @@ Random numbers are drawn on the generator's device and used on the batch's devic
 """
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import torch
@@ -57,14 +56,6 @@ def output_size(size) -> tuple[int, int]:
         raise ValueError(f"size must be a positive int or a pair (h, w) of them, got {size!r}")
     h, w = (checks.positive_int(s, "size", hint="pass an int or a pair (h, w)") for s in pair)
     return h, w
-
-
-def number_in(value, name: str, low: float, high: float, hint: str = "") -> float:
-    """A real number in [low, high] (not a bool), returned as float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        where = f">= {low}" if high == math.inf else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be a number {where}{hint}, got {value!r}")
-    return float(value)
 
 
 def interval(pair, name: str, low: float, high: float) -> tuple[float, float]:

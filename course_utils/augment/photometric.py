@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import checks
-from .batch import check_batch, check_rgb_or_gray, coin, interval, number_in, select, uniform
+from .batch import check_batch, check_rgb_or_gray, coin, interval, select, uniform
 
 # ITU-R 601 luma weights as torchvision's rgb_to_grayscale writes them (0.2989, not 0.299)
 _LUMA = (0.2989, 0.587, 0.114)
@@ -119,8 +119,8 @@ def color_jitter(x: torch.Tensor, brightness: float = 0.4, contrast: float = 0.4
     check_batch(x)
     p = checks.fraction(p, "p", closed_right=True)
     for name, value in (("brightness", brightness), ("contrast", contrast), ("saturation", saturation)):
-        number_in(value, name, 0, math.inf, hint=" (0 = off)")
-    number_in(hue, "hue", 0, 0.5, hint=" (fraction of a turn)")
+        checks.float_in_range(value, name, hint="0 turns it off")
+    checks.float_in_range(hue, "hue", 0, 0.5, hint="a fraction of a turn")
     c = x.shape[1]
     if c == 1 and (saturation > 0 or hue > 0):
         raise ValueError("saturation and hue need RGB input, but x has 1 channel; pass "

@@ -20,18 +20,20 @@ what ``weights_only=True`` accepts (so NumPy's RNG state is stored as a tensor p
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
 import random
 import re
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
+
+from .files import save_atomically
 
 
 class CheckpointError(RuntimeError):
@@ -51,21 +53,10 @@ class UnsafeCheckpointError(CheckpointError):
 
 
 # --------------------------------------------------------------------------- save / load
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename itself durable. Not possible on Windows (no O_DIRECTORY); skipped there."""
-    if os.name == "nt":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def save(path, state: dict) -> Path:
     """Write ``state`` (a dict) to ``path`` atomically; returns the path.
 
-    temp file in the same folder (a rename across file systems is not atomic) -> torch.save ->
+    See ``course_utils.files.save_atomically``: temp file in the same folder -> torch.save ->
     flush + fsync -> os.replace over ``path`` -> fsync the folder.
     """
     if not isinstance(state, dict):
@@ -73,28 +64,7 @@ def save(path, state: dict) -> Path:
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{path} is a folder; pass a file path such as {path / 'last.pt'}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with _suppress_os_error():
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
-class _suppress_os_error:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        return exc_type is not None and issubclass(exc_type, OSError)
+    return save_atomically(state, path)
 
 
 def load(path, *, map_location="cpu", verify: bool = True) -> dict:
@@ -327,7 +297,7 @@ class CheckpointManager:
         """Delete ``.<name>.*.tmp`` left by a save that was killed mid-write."""
         stale = list(self.directory.glob(f".{self.prefix}_*.tmp"))
         for p in stale:
-            with _suppress_os_error():
+            with contextlib.suppress(OSError):
                 p.unlink()
         return stale
 

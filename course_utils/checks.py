@@ -7,6 +7,7 @@ to Python, never a batch size to a learner.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 import torch
@@ -40,6 +41,17 @@ def positive_float(value: Any, name: str, *, hint: str = "") -> float:
         raise TypeError(f"{name} must be a positive number, got {value!r}" + (f"; {hint}" if hint else ""))
     if not value > 0:
         raise ValueError(f"{name} must be > 0, got {value}" + (f"; {hint}" if hint else ""))
+    return float(value)
+
+
+def float_in_range(value: Any, name: str, low: float = 0.0, high: float = math.inf, *,
+                   hint: str = "") -> float:
+    """A real number in [low, high] (by default: >= 0), returned as float."""
+    where = f">= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number {where}, got {value!r}" + (f"; {hint}" if hint else ""))
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be a number {where}, got {value}" + (f"; {hint}" if hint else ""))
     return float(value)
 
 

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from .batches import Batches
+from .files import save_atomically
 
 __all__ = [
     "ImageDataset", "DatasetUnavailableError", "load_dataset", "available_datasets",
@@ -370,18 +371,6 @@ def _read_cache(path: Path, n: int | None = None):
     return images, labels, classes
 
 
-def _write_atomically(obj, path: Path) -> None:
-    """torch.save to a temporary file in the same folder, then rename: never a half-written cache."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def _cached(key: str, build, n: int | None = None):
     """(images, labels, classes) from data_root()/key.pt, built by `build()` and saved if absent."""
     path = _cache_path(key)
@@ -390,7 +379,7 @@ def _cached(key: str, build, n: int | None = None):
         return hit
     images, labels, classes = build()
     try:
-        _write_atomically({"images": images, "labels": labels, "classes": list(classes)}, path)
+        save_atomically({"images": images, "labels": labels, "classes": list(classes)}, path)
     except OSError as err:  # a read-only install still works, just without the cache
         warnings.warn(f"could not write the cache {path}: {err}")
     return images, labels, classes

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import checks
+
 __all__ = ["extract_features", "linear_probe", "knn_accuracy", "knn_probe", "probe_encoder"]
 
 
@@ -28,11 +30,8 @@ __all__ = ["extract_features", "linear_probe", "knn_accuracy", "knn_probe", "pro
 
 
 def _check_features_and_labels(feats, labels, what: str) -> None:
-    if not isinstance(feats, torch.Tensor) or not isinstance(labels, torch.Tensor):
-        raise TypeError(
-            f"{what}: features and labels must be tensors, got "
-            f"{type(feats).__name__} and {type(labels).__name__}"
-        )
+    checks.tensor(feats, f"{what} features", shape_hint="N×D")
+    checks.tensor(labels, f"{what} labels", shape_hint="N")
     if feats.dim() != 2:
         raise ValueError(
             f"{what}: features must be N×D, got shape {tuple(feats.shape)}; "
@@ -111,15 +110,13 @@ def extract_features(encoder: nn.Module, images: torch.Tensor, *, batch_size: in
     """
     if not isinstance(images, torch.Tensor) and isinstance(getattr(images, "images", None), torch.Tensor):
         images = images.images
-    if not isinstance(encoder, nn.Module):
-        raise TypeError(f"extract_features expects an nn.Module encoder, got {type(encoder).__name__}")
+    checks.instance(encoder, "encoder", nn.Module, what="an nn.Module")
     if not isinstance(images, torch.Tensor) or images.dim() < 2:
         raise ValueError(
             "extract_features expects an image tensor N×C×H×W (e.g. dataset.images), got "
             f"{tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__}"
         )
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    checks.positive_int(batch_size, "batch_size")
     if images.shape[0] == 0:
         raise ValueError("extract_features got zero images")
 
@@ -164,12 +161,9 @@ def linear_probe(
     Runs on the device the features are on.
     """
     num_classes = _check_pair(train_feats, train_labels, test_feats, test_labels)
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be a positive int (L-BFGS iterations), got {epochs!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr}")
-    if weight_decay < 0:
-        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    checks.positive_int(epochs, "epochs", hint="the number of L-BFGS iterations")
+    checks.positive_float(lr, "lr")
+    checks.float_in_range(weight_decay, "weight_decay")
 
     device = train_feats.device
     x_train = train_feats.detach().float()
@@ -226,12 +220,11 @@ def knn_accuracy(
     """
     num_classes = _check_pair(train_feats, train_labels, test_feats, test_labels)
     n_train = train_feats.shape[0]
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n_train:
-        raise ValueError(f"k must be an int in [1, {n_train}] (the number of train samples), got {k!r}")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    checks.positive_int(k, "k")
+    if k > n_train:
+        raise ValueError(f"k must be an int in [1, {n_train}] (the number of train samples), got {k}")
+    checks.positive_float(temperature, "temperature")
+    checks.positive_int(chunk_size, "chunk_size")
 
     device = train_feats.device
     bank = F.normalize(train_feats.detach().float(), dim=1)  # N_train×D
@@ -254,6 +247,14 @@ def knn_accuracy(
 # --------------------------------------------------------------------------------------------
 
 
+def _frozen_features(encoder: nn.Module, train_ds, test_ds, batch_size: int):
+    """(train features, train labels, test features, test labels), all on the CPU."""
+    train_images, train_labels = _images_and_labels(train_ds, "train_ds")
+    test_images, test_labels = _images_and_labels(test_ds, "test_ds")
+    return (extract_features(encoder, train_images, batch_size=batch_size), train_labels.cpu(),
+            extract_features(encoder, test_images, batch_size=batch_size), test_labels.cpu())
+
+
 def probe_encoder(
     encoder: nn.Module,
     train_ds,
@@ -270,11 +271,7 @@ def probe_encoder(
     train_ds / test_ds: objects with .images and .labels (load_dataset's ImageDataset) or
     (images, labels) tuples. k is capped at the number of training samples.
     """
-    train_images, train_labels = _images_and_labels(train_ds, "train_ds")
-    test_images, test_labels = _images_and_labels(test_ds, "test_ds")
-    train_feats = extract_features(encoder, train_images, batch_size=batch_size)
-    test_feats = extract_features(encoder, test_images, batch_size=batch_size)
-    train_labels, test_labels = train_labels.cpu(), test_labels.cpu()
+    train_feats, train_labels, test_feats, test_labels = _frozen_features(encoder, train_ds, test_ds, batch_size)
     return {
         "linear": linear_probe(train_feats, train_labels, test_feats, test_labels,
                                epochs=epochs, weight_decay=weight_decay),
@@ -287,11 +284,8 @@ def knn_probe(encoder: nn.Module, train_ds, test_ds, *, k: int = 20, temperature
               batch_size: int = 256) -> float:
     """kNN accuracy of frozen encoder features alone: cheap enough to watch during training
     (probe_encoder adds the linear probe on the same features). k is capped at the train size."""
-    train_images, train_labels = _images_and_labels(train_ds, "train_ds")
-    test_images, test_labels = _images_and_labels(test_ds, "test_ds")
-    train_feats = extract_features(encoder, train_images, batch_size=batch_size)
-    test_feats = extract_features(encoder, test_images, batch_size=batch_size)
-    return knn_accuracy(train_feats, train_labels.cpu(), test_feats, test_labels.cpu(),
+    train_feats, train_labels, test_feats, test_labels = _frozen_features(encoder, train_ds, test_ds, batch_size)
+    return knn_accuracy(train_feats, train_labels, test_feats, test_labels,
                         k=min(k, train_feats.shape[0]), temperature=temperature)
 
 
@@ -303,8 +297,7 @@ def classification_accuracy(model: nn.Module, dataset, *, batch_size: int = 512)
     put in eval mode for the pass and its train/eval flags are restored afterwards.
     """
     images, labels = _images_and_labels(dataset, "dataset")
-    if not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    checks.positive_int(batch_size, "batch_size")
     device = _module_device(model)
     correct = 0
     with eval_mode(model):

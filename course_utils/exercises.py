@@ -13,10 +13,11 @@ as "not answered yet" instead of a type error.
 from __future__ import annotations
 
 import math
-from numbers import Number
 from typing import Any, Callable, Sequence
 
 import torch
+
+from . import checks
 
 __all__ = ["check_close", "check_equal", "check_shape", "check_raises", "is_unanswered"]
 
@@ -36,12 +37,6 @@ def _check_what(what: Any) -> str:
     if not isinstance(what, str) or not what.strip():
         raise TypeError(f"what must be a non-empty str naming the quantity, got {what!r}")
     return what
-
-
-def _check_tolerance(rtol: Any, atol: Any) -> None:
-    for name, value in (("rtol", rtol), ("atol", atol)):
-        if not isinstance(value, Number) or isinstance(value, bool) or not value >= 0:
-            raise ValueError(f"{name} must be a number >= 0, got {value!r}")
 
 
 def _as_tensor(x: Any, what: str, role: str) -> torch.Tensor:
@@ -65,7 +60,8 @@ def check_close(answer: Any, expected: Any, rtol: float = 1e-6, atol: float = 0.
     |answer - expected| / |expected|.
     """
     what = _check_what(what)
-    _check_tolerance(rtol, atol)
+    checks.float_in_range(rtol, "rtol")
+    checks.float_in_range(atol, "atol")
     _require_unanswered_free(answer, what)
     got = _as_tensor(answer, what, "answer")
     want = _as_tensor(expected, what, "expected value")

@@ -7,27 +7,20 @@ from typing import Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from torchvision.utils import make_grid
+
+from . import checks
 
 __all__ = ["show_images", "plot_curves", "plot_bars", "image_grid", "plot_memory_breakdown",
            "what_fits_widget", "plot_timeline"]
 
 
 def image_grid(images, *, nrow: int = 8, pad: int = 1, pad_value: float = 1.0) -> np.ndarray:
-    """Tile N×C×H×W images (C = 1 or 3, values in [0, 1]) into one (rows·(H+pad))×(nrow·(W+pad))×3
-    array for `imshow`. Values are clipped to [0, 1]; one-channel images become gray RGB."""
-    x = _as_images(images)
-    n, c, h, w = x.shape
-    if not isinstance(nrow, int) or nrow <= 0:
-        raise ValueError(f"nrow must be a positive int, got {nrow!r}")
-    if c == 1:
-        x = x.expand(n, 3, h, w)
-    cols = min(nrow, n)
-    rows = math.ceil(n / cols)
-    grid = torch.full((3, rows * (h + pad) + pad, cols * (w + pad) + pad), float(pad_value))
-    for i in range(n):
-        r, col = divmod(i, cols)
-        top, left = pad + r * (h + pad), pad + col * (w + pad)
-        grid[:, top:top + h, left:left + w] = x[i]
+    """Tile N×C×H×W images (C = 1 or 3, values in [0, 1]) with ``torchvision.utils.make_grid`` into
+    one (rows·(H+pad)+pad)×(nrow·(W+pad)+pad)×3 array for ``imshow``: clipped to [0, 1], one-channel
+    images as gray RGB, height-width-channel order as matplotlib wants."""
+    checks.positive_int(nrow, "nrow")
+    grid = make_grid(_as_images(images), nrow=nrow, padding=pad, pad_value=pad_value)
     return grid.clamp(0, 1).permute(1, 2, 0).numpy()
 
 
@@ -45,7 +38,7 @@ def show_images(images, *, nrow: int = 8, title: str | None = None, labels=None,
     x = _as_images(images)
     n, _, h, w = x.shape
     names = _label_names(labels, classes, n)
-    cols = min(nrow, n) if isinstance(nrow, int) and nrow > 0 else nrow
+    cols = min(checks.positive_int(nrow, "nrow"), n)
     grid = image_grid(x, nrow=cols)
     if ax is None:
         rows = math.ceil(n / cols)

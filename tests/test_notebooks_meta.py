@@ -1,9 +1,11 @@
-"""Every lesson notebook: no committed outputs, a parameters cell, the standard first cells."""
+"""Every lesson notebook: built by jupytext from its source, no committed outputs, a parameters cell,
+the standard first cells."""
 import json
 import re
 import sys
 from pathlib import Path
 
+import jupytext
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -11,6 +13,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from template import INSTALL_CELL, badge  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+SOURCES = sorted((ROOT / "notebooks" / "src").glob("[0-9][0-9]_*.py"))
 
 
 def cells(nb_path):
@@ -24,6 +27,24 @@ def source(cell):
 
 def test_there_are_lessons():
     assert len(NOTEBOOKS) >= 2
+
+
+def test_every_source_has_its_notebook():
+    assert [p.stem for p in NOTEBOOKS] == [p.stem for p in SOURCES], "run `make notebooks`"
+
+
+def _content(cell):
+    return cell["cell_type"], source(cell), cell["metadata"].get("tags", [])
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
+def test_notebook_is_what_jupytext_builds(src):
+    nb_path = ROOT / "notebooks" / f"{src.stem}.ipynb"
+    built = [_content(c) for c in jupytext.read(src, fmt="py:percent").cells]
+    committed = json.loads(nb_path.read_text())
+    assert [_content(c) for c in committed["cells"]] == built, \
+        f"{nb_path.name} differs from notebooks/src/{src.name}: run `make notebooks` and commit both"
+    assert committed["metadata"]["kernelspec"]["name"] == "python3"  # nbval and papermill start this kernel
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)

@@ -1,7 +1,5 @@
 """The kit installs the same way everywhere: pyproject and environment.yml agree, ranges only."""
 import re
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -41,9 +39,3 @@ def test_readme_commands_and_ci():
     assert "make course" in readme and "make test" in readme
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci and "set -euo pipefail" in ci
-
-
-def test_notebooks_are_built_from_sources():
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "notebooks.py"), "check"],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout

@@ -18,6 +18,9 @@ def test_image_grid_layout():
     assert np.allclose(grid[6:10, 1:5], 0.9) and np.allclose(grid[6:10, 6:10], 1.0)  # padding
     gray = plots.image_grid(torch.rand(2, 1, 4, 4) * 3, nrow=2)           # values clipped
     assert gray.shape[-1] == 3 and gray.max() <= 1.0
+    assert plots.image_grid(torch.rand(1, 1, 4, 4)).shape == (4, 4, 3)    # one image: no border
+    with pytest.raises(TypeError, match="nrow"):
+        plots.image_grid(images, nrow=True)
 
 
 def test_show_images_with_labels_and_dataset_like():

@@ -1,103 +1,47 @@
-"""Build the lesson notebooks from their plain-text sources.
+"""Build the lesson notebooks from their jupytext sources.
 
-Each notebook is written as a "percent" script in ``notebooks/src/NN_name.py`` so that
-reviews read as plain diffs. ``python tools/notebooks.py build`` writes
-``notebooks/NN_name.ipynb`` (no outputs); ``check`` fails if any committed notebook
-differs from what its source would build.
-
-Cell markers (one per line):
-    # %% [markdown]            markdown cell; each line starts with "# " (or is "#")
-    # %% [raw]                 raw cell (otter-grader's assign markers); same "# " prefix
-    # %%                       code cell
-    # %% tags=["parameters"]   code cell with tags (comma-separated, JSON list)
+Each notebook is written as a jupytext "percent" script in ``notebooks/src/NN_name.py`` so that
+reviews read as plain diffs (``# %%`` code cell, ``# %% [markdown]``, ``# %% [raw]`` for
+otter-grader's markers, ``# %% tags=["parameters"]`` for papermill). ``python tools/notebooks.py
+build`` (``make notebooks``) writes ``notebooks/NN_name.ipynb`` with no outputs; jupytext parses,
+this file only fixes what the committed notebook carries: the kernelspec nbval and papermill need,
+cell tags (no other cell metadata) and stable cell ids, so rebuilding an unchanged source changes
+nothing. ``tests/test_notebooks_meta.py`` checks every committed notebook against its source.
 """
 from __future__ import annotations
 
-import json
-import re
 import sys
 from pathlib import Path
+
+import jupytext
+import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "notebooks" / "src"
 OUT = ROOT / "notebooks"
-MARKER = re.compile(r"^# %%(?: \[(markdown|raw)\])?(?: tags=(\[.*\]))?\s*$")
 
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
 
-def _uncomment(lines: list[str]) -> list[str]:
-    out = []
-    for line in lines:
-        if line.startswith("# "):
-            out.append(line[2:])
-        elif line.rstrip() == "#":
-            out.append("")
-        else:
-            raise ValueError(f"markdown/raw line must start with '# ': {line!r}")
-    return out
+def read_source(src: Path) -> nbformat.NotebookNode:
+    """The notebook jupytext reads from a percent script (no kernelspec, jupytext's own metadata)."""
+    return jupytext.read(src, fmt="py:percent")
 
 
-def _trim(lines: list[str]) -> list[str]:
-    while lines and not lines[0].strip():
-        lines.pop(0)
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return lines
-
-
-def parse(text: str) -> list[dict]:
-    cells, kind, tags, body = [], None, [], []
-
-    def flush():
-        if kind is None:
-            return
-        lines = _trim(list(body))
-        if kind in ("markdown", "raw"):
-            lines = _uncomment(lines)
-        source = "\n".join(lines)
-        cell = {"cell_type": kind, "metadata": {}, "source": source}
-        if tags:
-            cell["metadata"]["tags"] = tags
-        if kind == "code":
-            cell["execution_count"] = None
-            cell["outputs"] = []
-        cells.append(cell)
-
-    for line in text.splitlines():
-        m = MARKER.match(line)
-        if m:
-            flush()
-            kind = m.group(1) or "code"
-            tags = json.loads(m.group(2)) if m.group(2) else []
-            body = []
-        elif kind is not None:
-            body.append(line)
-    flush()
-    return cells
-
-
-def to_notebook(cells: list[dict]) -> dict:
-    out = []
-    for i, cell in enumerate(cells):
-        cell = dict(cell)
-        cell["id"] = f"cell-{i:03d}"
-        src = cell["source"].split("\n")
-        cell["source"] = [s + "\n" for s in src[:-1]] + [src[-1]]
-        out.append(cell)
-    return {
-        "cells": out,
-        "metadata": {
-            "kernelspec": KERNELSPEC,
-            "language_info": {"name": "python"},
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
+def notebook(src: Path) -> nbformat.NotebookNode:
+    """The notebook to commit for ``src``: its cells, tags only, ids ``cell-000``..., no outputs."""
+    nb = read_source(src)
+    nb.metadata = nbformat.from_dict({"kernelspec": KERNELSPEC, "language_info": {"name": "python"}})
+    for i, cell in enumerate(nb.cells):
+        cell.id = f"cell-{i:03d}"
+        tags = cell.metadata.get("tags")
+        cell.metadata = nbformat.from_dict({"tags": tags} if tags else {})
+    return nb
 
 
 def render(src: Path) -> str:
-    return json.dumps(to_notebook(parse(src.read_text())), indent=1, ensure_ascii=False) + "\n"
+    """``notebook(src)`` as the JSON text written to disk."""
+    return nbformat.writes(notebook(src)) + "\n"
 
 
 def sources() -> list[Path]:
@@ -113,20 +57,8 @@ def build() -> None:
             print(f"wrote {target.relative_to(ROOT)}")
 
 
-def check() -> int:
-    stale = [s.stem for s in sources()
-             if not (OUT / (s.stem + ".ipynb")).exists()
-             or (OUT / (s.stem + ".ipynb")).read_text() != render(s)]
-    for name in stale:
-        print(f"notebooks/{name}.ipynb is out of date: run `make notebooks`")
-    return 1 if stale else 0
-
-
 if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else "build"
-    if cmd == "build":
-        build()
-    elif cmd == "check":
-        sys.exit(check())
-    else:
-        sys.exit(f"usage: {sys.argv[0]} build|check")
+    if cmd != "build":
+        sys.exit(f"usage: {sys.argv[0]} build  (tests/test_notebooks_meta.py checks the result)")
+    build()

@@ -412,8 +412,6 @@ def encoder_flop_share(length, dim, mask_ratio):
 # # BEGIN TESTS
 
 # %%
-
-
 assert abs(encoder_flop_share(16, 32, 0.75) - _measured_share(16, 4, 32, 0.75)) < 1e-9, \
     "linear layers scale with the tokens, the two attention matmuls with tokens squared"
 

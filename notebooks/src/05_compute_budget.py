@@ -313,8 +313,6 @@ def _measured(batch, d, h, c):
     xx, yy = torch.rand(batch, d), torch.randint(0, c, (batch,))
     return measure(lambda: F.cross_entropy(net(xx), yy).backward(), model=net).flops
 
-
-
 # %% [raw]
 # # BEGIN QUESTION
 # name: q1_steps_for_budget
@@ -382,7 +380,6 @@ def mlp_step_flops(batch, d, h, c):
 # # BEGIN TESTS
 
 # %%
-
 assert mlp_step_flops(4, 10, 8, 3) == _measured(4, 10, 8, 3), \
     "forward 2 FLOPs per weight per sample; backward 4 for the second layer, 2 for the first"
 

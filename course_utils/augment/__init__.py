@@ -1,0 +1,97 @@
+"""Batched image augmentations that run where the batch lives (CPU or GPU).
+
+Every function takes a batch x of shape B×C×H×W, float in [0, 1], and returns a new batch in
+[0, 1] on the same device. Each sample gets its own random parameters, drawn from `generator`:
+a `torch.Generator` on any device (a CPU generator is fine for a CUDA batch: parameters are drawn
+on the generator's device and then moved), or torch's global RNG when `generator` is None.
+The same generator state gives the same output, bit for bit on one device.
+
+Colour operations need RGB (C = 3). On one-channel input `random_grayscale` is a no-op (it is
+already gray), `color_jitter` applies brightness and contrast and raises if asked for saturation
+or hue, and `SimCLRAugment` drops the colour-only parts by itself.
+
+Why hand-written rather than ``torchvision.transforms.v2``: v2 draws one set of parameters per
+call, so a batch passed in one call gets the same crop and jitter on every image, and per-image
+calls on the CPU leave a Colab GPU waiting (SimCLR makes two views of every image every step).
+Here parameters are drawn per sample and applied with one batched op on the batch's device (one
+grid_sample for all crops, one grouped conv for all blurs): a view of a 512-image batch is a
+handful of tensor ops. The colour formulas are torchvision's (tests/test_augment.py compares them).
+
+- ``geometry.py``: ``random_resized_crop``, ``horizontal_flip``, ``random_rot90``.
+- ``photometric.py``: ``color_jitter``, ``random_grayscale``, ``gaussian_blur``, the
+  ``adjust_*`` functions and ``rgb_to_hsv`` / ``hsv_to_rgb``.
+- ``batch.py``: per-sample random draws and the image-batch argument checks.
+- here: ``SimCLRAugment``, the recipe the lessons use.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import checks
+from .batch import check_batch, check_rgb_or_gray, interval
+from .geometry import horizontal_flip, random_resized_crop, random_rot90
+from .photometric import (adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation, color_jitter,
+                          gaussian_blur, hsv_to_rgb, random_grayscale, rgb_to_hsv)
+
+__all__ = ["random_resized_crop", "horizontal_flip", "random_rot90", "color_jitter", "random_grayscale",
+           "gaussian_blur", "SimCLRAugment", "adjust_brightness", "adjust_contrast",
+           "adjust_saturation", "adjust_hue", "rgb_to_hsv", "hsv_to_rgb"]
+
+
+class SimCLRAugment:
+    """One random view per call, the SimCLR recipe (Chen et al. 2020, appendix A) on a batch:
+
+        random_resized_crop(scale=crop_scale) -> horizontal_flip(0.5) [-> random_rot90]
+        -> color_jitter(0.8s, 0.8s, 0.8s, 0.2s, p=0.8) -> random_grayscale(0.2)
+        -> gaussian_blur(kernel ≈ 10% of the image, sigma 0.1-2.0, p=0.5)
+
+    with s = color_strength (0.5 gives torchvision's usual 0.4/0.4/0.4/0.1).
+    color=False drops the jitter and, unless grayscale=True is passed, the grayscale step too:
+    that is the "colour shortcut" ablation. blur is off by default (small images).
+    rotate=True adds a random multiple of 90° after the flip (off by default: not in the paper;
+    the lessons turn it on for "shapes", whose shapes are drawn at random rotations).
+    On one-channel input only brightness and contrast are jittered and grayscale is skipped.
+    x: B×C×H×W in [0, 1] -> B×C×image_size×image_size in [0, 1].
+    """
+
+    def __init__(self, image_size: int, *, crop_scale=(0.2, 1.0), color: bool = True,
+                 color_strength: float = 0.5, blur: bool = False, grayscale: bool | None = None,
+                 flip: bool = True, rotate: bool = False):
+        self.image_size = checks.positive_int(image_size, "image_size", hint="the output side in pixels")
+        self.crop_scale = interval(crop_scale, "crop_scale", 0.0, 1.0)
+        checks.float_in_range(color_strength, "color_strength", 0, 2.5, hint="0.5 is SimCLR's CIFAR setting")
+        self.color = bool(color)
+        self.color_strength = float(color_strength)
+        self.blur = bool(blur)
+        self.grayscale = self.color if grayscale is None else bool(grayscale)
+        self.flip = bool(flip)
+        self.rotate = bool(rotate)
+        self.blur_kernel = max(3, int(0.1 * self.image_size) // 2 * 2 + 1)    # odd, ≈10% of side
+
+    def __repr__(self) -> str:
+        return (f"SimCLRAugment(image_size={self.image_size}, crop_scale={self.crop_scale}, "
+                f"color={self.color}, color_strength={self.color_strength}, blur={self.blur}, "
+                f"grayscale={self.grayscale}, flip={self.flip}, rotate={self.rotate})")
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        check_batch(x)
+        check_rgb_or_gray(x, "SimCLRAugment")
+        rgb = x.shape[1] == 3
+        s = self.color_strength
+        y = random_resized_crop(x, self.image_size, scale=self.crop_scale, generator=generator)
+        if self.flip:
+            y = horizontal_flip(y, 0.5, generator=generator)
+        if self.rotate:
+            y = random_rot90(y, generator=generator)
+        if self.color:
+            y = color_jitter(y, 0.8 * s, 0.8 * s, 0.8 * s if rgb else 0.0,
+                             min(0.5, 0.2 * s) if rgb else 0.0, p=0.8, generator=generator)
+        if self.grayscale and rgb:
+            y = random_grayscale(y, 0.2, generator=generator)
+        if self.blur:
+            y = gaussian_blur(y, self.blur_kernel, (0.1, 2.0), p=0.5, generator=generator)
+        return y
+
+    def two_views(self, x: torch.Tensor, generator: torch.Generator | None = None):
+        """Two independent views of the same batch: (view1, view2), each B×C×S×S."""
+        return self(x, generator), self(x, generator)

@@ -1,0 +1,85 @@
+"""The encoders the lessons train: a CIFAR-style ResNet, a small ViT, an MLP, a projection head.
+
+- ``resnet.py``: ``SmallResNet`` (and its ``BasicBlock``), the CIFAR ResNet of the SSL papers.
+- ``vit.py``: ``ViT`` with ``Attention``, ``FeedForward``, ``TransformerBlock`` and
+  ``sincos_position_embedding_2d``; its pieces (patchify, embed, encode tokens) run separately for MAE.
+- ``heads.py``: ``MLP`` and ``ProjectionHead``.
+- here: ``build_encoder(name, image_size, in_channels)`` for the names in ``ENCODERS``, and
+  ``count_parameters``.
+
+Every model is small enough to train on two CPU cores at the lessons' CI/default scales and plain
+enough that the ledger (course_utils.ledger) sees every operation: ReLUs are not in place (an
+in-place op would overwrite a tensor another op saved for backward and hide a line of the ledger),
+and ViT attention is explicit matmuls. Initialisation uses only torch's global RNG, so
+``torch.manual_seed(s)`` before construction gives the same weights on every run and device.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from .. import checks
+from .heads import MLP, ProjectionHead
+from .resnet import MIN_RESNET_IMAGE_SIZE, BasicBlock, SmallResNet
+from .vit import Attention, FeedForward, TransformerBlock, ViT, sincos_position_embedding_2d
+
+__all__ = [
+    "BasicBlock",
+    "SmallResNet",
+    "Attention",
+    "FeedForward",
+    "TransformerBlock",
+    "ViT",
+    "sincos_position_embedding_2d",
+    "MLP",
+    "ProjectionHead",
+    "build_encoder",
+    "count_parameters",
+    "ENCODERS",
+]
+
+ENCODERS = ("resnet", "resnet18", "vit")
+# The CIFAR ResNet-18 of the SSL literature (3×3 stem, no max-pool, 64-128-256-512, two blocks
+# per stage): 11.17 M parameters without a classifier, 512 features.
+RESNET18 = dict(width=64, blocks=(2, 2, 2, 2))
+
+
+def build_encoder(name: str, image_size: int, in_channels: int = 3, **kwargs) -> nn.Module:
+    """Build an encoder (num_classes=0 unless given) for images of `image_size` px.
+
+    name="resnet" -> SmallResNet(in_channels=..., **kwargs) (any image_size >= 8).
+    name="resnet18" -> SmallResNet(width=64, blocks=(2, 2, 2, 2)): the CIFAR ResNet-18 of the
+                     SSL literature (the gpu presets); kwargs may set num_classes.
+    name="vit"    -> ViT(image_size=..., in_channels=..., **kwargs); patch_size defaults to
+                     image_size // 8 (an 8×8 grid, 64 tokens) when that divides image_size.
+    """
+    if not isinstance(name, str) or name.lower() not in ENCODERS:
+        raise ValueError(f"unknown encoder {name!r}; pass one of {list(ENCODERS)}")
+    checks.positive_int(image_size, "image_size")
+    checks.positive_int(in_channels, "in_channels")
+    name = name.lower()
+    if name == "resnet18":
+        clash = set(kwargs) & set(RESNET18)
+        if clash:
+            raise ValueError(f"resnet18 fixes {sorted(clash)}; use name='resnet' to choose them")
+        kwargs = {**RESNET18, **kwargs}
+        name = "resnet"
+    if name == "resnet":
+        if image_size < MIN_RESNET_IMAGE_SIZE:
+            raise ValueError(
+                f"SmallResNet needs image_size >= {MIN_RESNET_IMAGE_SIZE}, got {image_size}"
+            )
+        return SmallResNet(in_channels=in_channels, **kwargs)
+    if "patch_size" not in kwargs:
+        if image_size % 8 != 0:
+            raise ValueError(
+                f"no default patch_size for image_size={image_size} (not a multiple of 8); "
+                "pass patch_size=... that divides image_size"
+            )
+        kwargs["patch_size"] = image_size // 8
+    return ViT(image_size=image_size, in_channels=in_channels, **kwargs)
+
+
+def count_parameters(module: nn.Module, *, trainable_only: bool = False) -> int:
+    """Number of parameter entries (buffers such as BN running stats and ViT positions excluded)."""
+    checks.instance(module, "module", nn.Module, what="an nn.Module")
+    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)

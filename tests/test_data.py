@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from course_utils import data
+from course_utils.data import shapes as shapes_module
 from course_utils.data import DatasetUnavailableError, ImageDataset, load_dataset
 
 
@@ -51,7 +52,7 @@ def test_shapes_colour_says_nothing_about_the_class():
 
 def test_shapes_cache_round_trip_and_corruption(empty_root):
     first = load_dataset("shapes", "test")
-    cache = empty_root / f"shapes-v{data._SHAPES_VERSION}-test-2000.pt"   # versioned name
+    cache = empty_root / f"shapes-v{shapes_module._SHAPES_VERSION}-test-2000.pt"   # versioned name
     assert cache.exists(), "a full load should write the cache"
     assert not list(empty_root.glob("*.tmp")), "no temporary file may be left behind"
     again = load_dataset("shapes", "test")                                       # from the cache
@@ -196,10 +197,10 @@ def test_bad_arguments_say_what_to_pass():
 def test_shapes_v2_nuisances_are_bounded():
     """v2 toned the nuisances down (issue 3): stripes and noise stay small next to the fg/bg
     contrast, so within the shape's interior pixels stay close to one colour."""
-    assert data._SHAPES_VERSION >= 2
-    assert data._STRIPE_AMP_MAX <= 0.15 and data._NOISE_STD_MAX <= 0.03
+    assert shapes_module._SHAPES_VERSION >= 2
+    assert shapes_module._STRIPE_AMP_MAX <= 0.15 and shapes_module._NOISE_STD_MAX <= 0.03
     g = torch.Generator().manual_seed(0)
     coords = torch.linspace(-1, 1, 32)
     yy, xx = torch.meshgrid(coords, coords, indexing="ij")
-    tex = data._stripes(g, 64, xx, yy)                                    # 64×32×32 in [1-amp, 1]
-    assert tex.max() <= 1 + 1e-6 and tex.min() >= 1 - data._STRIPE_AMP_MAX - 1e-6
+    tex = shapes_module._stripes(g, 64, xx, yy)                                    # 64×32×32 in [1-amp, 1]
+    assert tex.max() <= 1 + 1e-6 and tex.min() >= 1 - shapes_module._STRIPE_AMP_MAX - 1e-6

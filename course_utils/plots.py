@@ -1,4 +1,5 @@
-"""Figures the lessons show: an image grid, training curves, a bar chart. Each returns the figure."""
+"""Figures the lessons show: an image grid, training curves, a bar chart, lesson 06's memory
+breakdown and what-fits widget, lesson 09's pipeline timeline. Each returns its figure (or axes)."""
 from __future__ import annotations
 
 import math

@@ -58,7 +58,7 @@ def test_simulator_rejects_bad_input():
         pp.simulate("pipedream", 2, 4)
     with pytest.raises(ValueError, match="divisible"):
         pp.simulate("interleaved", 4, 6, forward=2, backward=4)
-    with pytest.raises(ValueError, match="devices must be an int >= 1"):
+    with pytest.raises(ValueError, match="devices must be a positive int"):
         pp.simulate("gpipe", 0, 4)
     with pytest.raises(TypeError, match="microbatches must be an int"):
         pp.simulate("gpipe", 2, True)

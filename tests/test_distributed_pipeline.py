@@ -60,7 +60,7 @@ def test_simulator_rejects_bad_input():
         pp.simulate("interleaved", 4, 6, forward=2, backward=4)
     with pytest.raises(ValueError, match="devices must be a positive int"):
         pp.simulate("gpipe", 0, 4)
-    with pytest.raises(TypeError, match="microbatches must be an int"):
+    with pytest.raises(TypeError, match="microbatches must be a positive int"):
         pp.simulate("gpipe", 2, True)
     with pytest.raises(ValueError, match="max_in_flight"):
         pp.simulate("zero_bubble", 2, 4, max_in_flight=0)

@@ -1,5 +1,5 @@
-"""The objectives' costs and quality, measured: SimCLR pipeline throughput, MAE encoder savings,
-and what a few CPU minutes of SimCLR / MoCo buy over a random encoder.
+"""The objectives' costs, measured: SimCLR pipeline throughput and MAE encoder savings (what a few
+CPU minutes of each objective buy is bench_ssl_quality.py).
 
 1. simclr_throughput: images/s of one SimCLR training step fed by the kit's pipeline (the whole
    batch augmented as tensors, course_utils.augment.SimCLRAugment, + nt_xent_loss) against a
@@ -15,13 +15,9 @@ and what a few CPU minutes of SimCLR / MoCo buy over a random encoder.
    through the encoder, mask ratio 0.75. Goals: step-time speedup >= 3, encoder FLOP ratio
    0.25 ± 0.01 (the ratio of the transformer blocks; attention is quadratic in tokens, so the
    ratio reaches 1 − r only when tokens << width, and is reported with its analytic prediction).
-3. ssl_quality: linear-probe accuracy of SimCLR and MoCo encoders trained for a fixed wall-clock
-   budget on the embedded "shapes" data, minus the same encoder at random init. Goal >= 15
-   points within 3 minutes of training on 2 cores.
 """
 from __future__ import annotations
 
-import itertools
 import time
 
 import torch
@@ -29,11 +25,11 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
-from course_utils.evaluate import probe_encoder
 from course_utils.models import ProjectionHead, SmallResNet, ViT
-from course_utils.objectives import MAE, MoCo, SimCLR, make_step
+from course_utils.objectives import MAE, SimCLR, make_step
 from course_utils.objectives.mae import random_masking
 from course_utils.objectives.simclr import nt_xent_loss
+from course_utils.runtime import core_seconds
 
 
 # ------------------------------------------------------------------ 1. SimCLR pipeline throughput
@@ -58,10 +54,10 @@ def _time_steps_cpu(step, batches, steps: int) -> float:
     for single-process pipelines (not for DataLoader workers, whose CPU time is elsewhere)."""
     it = iter(batches)
     step(next(it))
-    start = _core_seconds()
+    start = core_seconds()
     for _ in range(steps):
         step(next(it))
-    return _core_seconds() - start
+    return core_seconds() - start
 
 
 def _reference_loader(images_u8: torch.Tensor, image_size: int, batch: int, workers: int):
@@ -247,64 +243,9 @@ def mae(quick: bool) -> dict:
             "goals": {"step_speedup": 3.0, "encoder_flop_ratio": "0.25 ± 0.01"}}
 
 
-# ------------------------------------------------------------------ 3. SSL quality per CPU minute
-def _core_seconds() -> float:
-    """CPU seconds used by this process divided by torch's thread count: the wall-clock time the
-    run would take on an otherwise idle machine with that many cores (the shared CI machine is
-    often oversubscribed, which would make a wall-clock budget meaningless)."""
-    return time.process_time() / torch.get_num_threads()
-
-
-def _train_for(step, train, batch, seconds) -> int:
-    done, start, batches = 0, _core_seconds(), train.batches(batch, with_ids=True)
-    for epoch in itertools.count():
-        for b in batches(epoch):
-            step(b)
-            done += 1
-            if _core_seconds() - start > seconds:
-                return done
-
-
-def ssl_quality(quick: bool, seconds: float | None = None) -> dict:
-    image_size, width, batch = 16, 16, 128
-    seconds = seconds if seconds is not None else (10.0 if quick else 180.0)
-    train = load_dataset("shapes", "train", image_size=image_size)
-    probe_train = train.subset(500 if quick else 2000)
-    test = load_dataset("shapes", "test", image_size=image_size, limit=500 if quick else 1000)
-    # the lessons' "shapes" recipe (02/03): large crops, strong colour jitter, random quarter turns
-    aug = SimCLRAugment(image_size, crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True)
-    torch.manual_seed(0)
-    random_probe = probe_encoder(SmallResNet(width=width), probe_train, test)
-    out = {"config": dict(image_size=image_size, backbone=f"SmallResNet(width={width})",
-                          batch=batch, train_core_seconds=seconds, dataset="shapes", augment=repr(aug),
-                          optimizer="AdamW(lr=2e-3, weight_decay=1e-4)", temperature=0.2, moco_queue=1024,
-                          budget="CPU time / threads, i.e. wall-clock on an idle machine"),
-           "random_init": random_probe}
-    for name in ("simclr", "moco"):
-        g = torch.Generator().manual_seed(0)
-        torch.manual_seed(0)
-        backbone = SmallResNet(width=width)
-        head = ProjectionHead(backbone.feature_dim, 128, 64)
-        if name == "simclr":
-            model = SimCLR(backbone, head, temperature=0.2)
-            opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-4)
-            step = make_step(model, opt, augment=aug, generator=g)
-        else:
-            model = MoCo(backbone, head, queue_size=1024, momentum=0.99, temperature=0.2, bn_groups=2)
-            opt = torch.optim.AdamW(model.query_encoder.parameters(), lr=2e-3, weight_decay=1e-4)
-            step = make_step(model, opt, augment=aug, generator=g)
-        steps = _train_for(step, train, batch, seconds)
-        probe = probe_encoder(backbone, probe_train, test)
-        out[name] = {"steps": steps, **probe,
-                     "linear_gain_points": 100 * (probe["linear"] - random_probe["linear"])}
-    out["goal_gain_points"] = 15
-    return out
-
-
 def run(quick: bool = False) -> dict:
     simclr = simclr_throughput(quick)
     mae_result = mae(quick)
-    quality = ssl_quality(quick)
     summary = {
         "simclr_speedup_vs_reference": simclr["speedup_vs_best_reference"],
         "simclr_speedup_compute_bound": simclr["configs"]["compute-bound (32 px, SmallResNet width 8, batch 256)"]["speedup_vs_best_reference"],
@@ -314,11 +255,8 @@ def run(quick: bool = False) -> dict:
         "mae_encoder_flop_ratio": mae_result["encoder_flop_ratio"]["measured"],
         "mae_encoder_flop_ratio_predicted": mae_result["encoder_flop_ratio"]["predicted"],
         "mae_encoder_flop_ratio_tokens_lt_width": mae_result["encoder_flop_ratio_tokens_lt_width"]["measured"],
-        "simclr_linear_gain_points": quality["simclr"]["linear_gain_points"],
-        "moco_linear_gain_points": quality["moco"]["linear_gain_points"],
     }
-    return {"simclr_throughput": simclr, "mae": mae_result, "ssl_quality": quality,
-            "summary": summary}
+    return {"simclr_throughput": simclr, "mae": mae_result, "summary": summary}
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import os
 import platform
 import random
 import sys
+import time
 
 import numpy as np
 import torch
@@ -73,3 +74,12 @@ def describe_device() -> dict:
         info["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
         info["bf16"] = torch.cuda.is_bf16_supported()
     return info
+
+
+def core_seconds() -> float:
+    """CPU seconds this process has used divided by torch's thread count: the wall-clock time the
+    work would take on an otherwise idle machine with that many cores. Budgets and timings on a
+    shared, oversubscribed CPU machine (CI, a laptop running other things) use it, since
+    wall-clock there measures the neighbours too. Not for CUDA work or DataLoader workers, whose
+    time is spent outside this process's CPU."""
+    return time.process_time() / torch.get_num_threads()

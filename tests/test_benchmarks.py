@@ -48,3 +48,15 @@ def test_gpu_preset_script_without_cuda_says_what_to_do(capsys):
         pytest.skip("this machine has CUDA")
     assert load("gpu_simclr_cifar10").main([]) == 2
     assert "--smoke" in capsys.readouterr().err
+
+
+def test_ssl_quality_benchmark_reports_every_objective_on_both_datasets():
+    result = load("bench_ssl_quality").run(quick=True, seconds=0.2)
+    for dataset in ("shapes", "textures"):
+        rows = result["datasets"][dataset]
+        for name in ("simclr", "moco", "mae"):
+            assert rows[name]["steps"] >= 1 and 0.0 <= rows[name]["linear"] <= 1.0
+            assert rows[name]["goal_met"] == (rows[name]["linear_gain_points"] >= 15)
+    listed = {(s["dataset"], s["objective"]) for s in result["shortfalls"]}
+    assert listed == {(d, n) for d in ("shapes", "textures") for n in ("simclr", "moco", "mae")
+                      if not result["datasets"][d][n]["goal_met"]}, "every shortfall is reported"

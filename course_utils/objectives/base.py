@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from .. import checks
+from .gradient_cache import gradient_cache_backward
 
 
 class Batch(NamedTuple):
@@ -66,14 +67,16 @@ class Objective(nn.Module):
 
 
 def make_step(model: Objective, optimizer: torch.optim.Optimizer, *, augment=None,
-              generator: torch.Generator | None = None, accumulation: int = 1,
+              generator: torch.Generator | None = None, accumulation: int = 1, chunks: int = 1,
               autocast: torch.dtype | None = None, scheduler=None):
     """-> ``step(batch)``: forward, backward and one optimizer update; returns {"loss", ...}.
 
     accumulation=k splits the batch into k micro-batches whose gradients are summed (each scaled
     by 1/k) before one update: the same images are back-propagated, but a contrastive anchor sees
     only the candidates of its own micro-batch, and MoCo updates its key encoder and queue once
-    per micro-batch. autocast (torch.bfloat16 or torch.float16) runs forward under
+    per micro-batch. chunks=k (SimCLR only) is gradient caching instead: the whole batch's loss,
+    every candidate kept, with the encoder back-propagated k chunks at a time
+    (``gradient_cache``). autocast (torch.bfloat16 or torch.float16) runs forward under
     ``torch.autocast``; float16 adds a GradScaler (fp16 gradients underflow without one).
     scheduler (a torch LR scheduler) is stepped after every update and its LR reported as "lr".
     """
@@ -82,6 +85,13 @@ def make_step(model: Objective, optimizer: torch.optim.Optimizer, *, augment=Non
     checks.instance(optimizer, "optimizer", torch.optim.Optimizer)
     checks.generator(generator)
     checks.positive_int(accumulation, "accumulation")
+    checks.positive_int(chunks, "chunks")
+    if chunks > 1 and not (callable(getattr(model, "embed", None)) and callable(getattr(model, "loss", None))):
+        raise TypeError("chunks= (gradient caching) needs an objective whose loss sees the batch only "
+                        f"through per-image embeddings (SimCLR: .embed and .loss), got {type(model).__name__}")
+    if chunks > 1 and accumulation > 1:
+        raise ValueError("pass chunks= or accumulation=, not both: chunks keeps every candidate at "
+                         "the memory of a chunk, accumulation drops the other micro-batches' candidates")
     if autocast is not None:
         checks.choice(autocast, "autocast", (torch.bfloat16, torch.float16))
     device_type = next(model.parameters()).device.type
@@ -92,15 +102,20 @@ def make_step(model: Objective, optimizer: torch.optim.Optimizer, *, augment=Non
             return contextlib.nullcontext()
         return torch.autocast(device_type, dtype=autocast)
 
+    def backward(micro) -> torch.Tensor:
+        if chunks > 1:
+            return gradient_cache_backward(model, micro.images, augment=augment, generator=generator,
+                                           chunks=chunks, scale=scaler.scale if scaler else (lambda t: t))
+        loss = model.training_loss(micro, augment=augment, generator=generator)["loss"] / accumulation
+        (scaler.scale(loss) if scaler else loss).backward()
+        return loss.detach()
+
     def step(batch) -> dict:
-        micro_batches = as_batch(batch).chunk(accumulation)
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for micro in micro_batches:
+        for micro in as_batch(batch).chunk(accumulation):
             with forward_context():
-                loss = model.training_loss(micro, augment=augment, generator=generator)["loss"] / accumulation
-            (scaler.scale(loss) if scaler else loss).backward()
-            total += loss.detach()
+                total += backward(micro)
         if scaler:
             scaler.step(optimizer)
             scaler.update()

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from .. import checks
 from .base import Objective, as_batch
+from .tiled_loss import tiled_nt_xent
 
 
 def _check_pair(z1, z2, extra_negatives, temperature):
@@ -65,6 +66,15 @@ def nt_xent_loss(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.5,
     return F.cross_entropy(logits, targets)
 
 
+def nt_xent_loss_tiled(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.5, tile: int = 256,
+                       extra_negatives: torch.Tensor | None = None) -> torch.Tensor:
+    """``nt_xent_loss`` computed in blocks of ``tile`` anchors (see ``tiled_loss``): the same value
+    and gradients, but what it keeps for backward grows as N·d, not as the 2N×(2N+M) logits."""
+    _check_pair(z1, z2, extra_negatives, temperature)
+    checks.positive_int(tile, "tile")
+    return tiled_nt_xent(z1, z2, float(temperature), tile, extra_negatives)
+
+
 def nt_xent_loss_naive(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.5,
                        extra_negatives: torch.Tensor | None = None) -> torch.Tensor:
     """The same loss written as the textbook double loop (slow; for tests and exercises)."""
@@ -93,16 +103,26 @@ class SimCLR(Objective):
     probe evaluates; the projector's output is only for the loss).
     """
 
-    def __init__(self, backbone: nn.Module, projector: nn.Module, temperature: float = 0.5):
+    def __init__(self, backbone: nn.Module, projector: nn.Module, temperature: float = 0.5, *,
+                 tile: int | None = None):
         super().__init__()
         checks.instance(backbone, "backbone", nn.Module)
         checks.instance(projector, "projector", nn.Module)
         self.encoder = backbone
         self.projector = projector
         self.temperature = checks.positive_float(temperature, "temperature", hint="typical 0.1-0.5")
+        # tile: compute the loss with nt_xent_loss_tiled (O(N·d) kept for backward, not O(N²))
+        self.tile = None if tile is None else checks.positive_int(tile, "tile")
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         return self.projector(self.encoder(x))                       # B×d
+
+    def loss(self, z1: torch.Tensor, z2: torch.Tensor,
+             extra_negatives: torch.Tensor | None = None) -> torch.Tensor:
+        """NT-Xent of two views' embeddings, plain or tiled."""
+        if self.tile is None:
+            return nt_xent_loss(z1, z2, self.temperature, extra_negatives)
+        return nt_xent_loss_tiled(z1, z2, self.temperature, self.tile, extra_negatives)
 
     def forward(self, view1: torch.Tensor, view2: torch.Tensor,
                 extra_negatives: torch.Tensor | None = None) -> torch.Tensor:
@@ -111,7 +131,7 @@ class SimCLR(Objective):
                              f"{tuple(view1.shape)} and {tuple(view2.shape)}")
         z = self.embed(torch.cat([view1, view2]))                    # 2B×d
         z1, z2 = z.chunk(2)
-        return nt_xent_loss(z1, z2, self.temperature, extra_negatives)
+        return self.loss(z1, z2, extra_negatives)
 
     def training_loss(self, batch, *, augment=None, generator=None) -> dict:
         if augment is None:

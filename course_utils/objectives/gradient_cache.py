@@ -1,0 +1,56 @@
+"""Gradient caching (Gao et al., 2021): every candidate of a big batch, the activations of a chunk.
+
+A contrastive loss couples the images of a batch only through their embeddings z (2N×d). So the
+full-batch gradient can be taken in three passes:
+
+    1. z = embed(views) chunk by chunk, without a graph              (nothing kept for backward)
+    2. loss(z) and g = ∂loss/∂z with z as a leaf                       (the loss's own graph only)
+    3. for each chunk: embed(views_chunk) again, with a graph, and backward(g_chunk)
+
+Pass 3 accumulates Σ_chunks (∂z_chunk/∂θ)ᵀ g_chunk = (∂z/∂θ)ᵀ g, the full-batch gradient: every
+anchor still sees all 2N−1 candidates (unlike gradient accumulation), while the encoder keeps for
+backward what one chunk needs. The price is one extra forward pass of the encoder.
+
+BatchNorm: a chunk is normalised with its own statistics (both views of its N/chunks images, the
+composition of a smaller SimCLR batch), so with BN the update equals that of the same chunks'
+statistics, not of one 2N-view batch; passes 1 and 3 use identical chunks, so the cached
+embeddings match the recomputed ones. Pass 1 runs in train mode (it must see batch statistics),
+and its running-statistics updates are undone, so running statistics move once per chunk, in
+pass 3. Without batch-dependent layers the update equals the full batch's (tested in fp64).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def gradient_cache_backward(model, images: torch.Tensor, *, augment, generator=None, chunks: int,
+                            scale=lambda loss: loss) -> torch.Tensor:
+    """Back-propagate ``model``'s contrastive loss over the batch ``images`` (B×C×H×W) in
+    ``chunks`` pieces.
+
+    ``model`` has ``embed(views) -> B×d`` and ``loss(z1, z2) -> scalar`` (``SimCLR``); ``scale``
+    wraps the loss before its backward (a GradScaler's ``scale``). Returns the detached loss.
+    """
+    if augment is None:
+        raise ValueError("gradient caching needs augment= to make two views of each image")
+    if images.shape[0] % chunks:
+        raise ValueError(f"batch of {images.shape[0]} images is not divisible into {chunks} chunks; "
+                         "pick a batch size that is a multiple of chunks")
+    view1, view2 = augment(images, generator), augment(images, generator)
+    pieces = [torch.cat(pair) for pair in zip(view1.chunk(chunks), view2.chunk(chunks))]
+
+    running = {name: buf.clone() for name, buf in model.named_buffers()}
+    with torch.no_grad():
+        cached = [model.embed(piece) for piece in pieces]           # pass 1: no graph
+    for name, buf in model.named_buffers():                          # undo pass 1's BN updates
+        buf.copy_(running[name])
+
+    cached = [z.detach().requires_grad_() for z in cached]
+    halves = [z.chunk(2) for z in cached]                            # (view 1, view 2) per chunk
+    z1 = torch.cat([h[0] for h in halves])
+    z2 = torch.cat([h[1] for h in halves])
+    loss = model.loss(z1, z2)                                        # pass 2: the loss's graph only
+    scale(loss).backward()
+    for piece, z in zip(pieces, cached):                             # pass 3: one chunk at a time
+        model.embed(piece).backward(z.grad)
+    return loss.detach()

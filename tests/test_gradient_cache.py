@@ -1,0 +1,89 @@
+"""More candidates without more back-propagated images: the tiled NT-Xent and gradient caching."""
+import pytest
+import torch
+import torch.nn as nn
+
+from course_utils.ledger import measure
+from course_utils.objectives import MoCo, SimCLR, make_step
+from course_utils.objectives.simclr import nt_xent_loss, nt_xent_loss_tiled
+
+
+@pytest.mark.parametrize("n, d, m, tile", [(5, 8, 0, 3), (16, 4, 7, 5), (3, 6, 2, 100), (8, 3, 0, 1)])
+def test_tiled_loss_equals_plain_loss_in_value_and_gradients(n, d, m, tile):
+    g = torch.Generator().manual_seed(n + m)
+    leaves = [torch.randn(k, d, generator=g, dtype=torch.float64, requires_grad=True) for k in (n, n, m)]
+    negatives = leaves[2] if m else None
+    plain = nt_xent_loss(leaves[0], leaves[1], 0.3, negatives)
+    tiled = nt_xent_loss_tiled(leaves[0], leaves[1], 0.3, tile, negatives)
+    wrt = leaves if m else leaves[:2]
+    assert abs(plain.item() - tiled.item()) < 1e-12
+    for a, b in zip(torch.autograd.grad(plain, wrt), torch.autograd.grad(tiled, wrt)):
+        assert torch.allclose(a, b, atol=1e-12, rtol=0)
+
+
+def test_tiled_loss_keeps_order_n_d_not_n_squared():
+    n, d = 512, 16
+    z1, z2 = (torch.randn(n, d, requires_grad=True) for _ in range(2))
+    kept = {name: measure(lambda f=f: f(z1, z2).backward()).activation_bytes
+            for name, f in (("plain", lambda a, b: nt_xent_loss(a, b, 0.5)),
+                            ("tiled", lambda a, b: nt_xent_loss_tiled(a, b, 0.5, 64)))}
+    assert kept["plain"] >= (2 * n) ** 2 * 4, "the plain loss keeps the 2N×2N logits"
+    assert kept["tiled"] <= 8 * (2 * n) * d * 4, "the tiled loss keeps a few 2N×d tensors"
+
+
+def _simclr(bn: bool, dtype=torch.float64, tile=None):
+    torch.manual_seed(0)
+    layers = [nn.Flatten(), nn.Linear(3 * 8 * 8, 32)] + ([nn.BatchNorm1d(32)] if bn else []) + [nn.ReLU()]
+    return SimCLR(nn.Sequential(*layers), nn.Linear(32, 16), temperature=0.5, tile=tile).to(dtype)
+
+
+def _augment(images, generator):
+    return images + 0.1 * torch.randn(images.shape, generator=generator, dtype=images.dtype)
+
+
+def _update(model, images, **kwargs):
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    loss = make_step(model, opt, augment=_augment, generator=torch.Generator().manual_seed(1), **kwargs)(images)["loss"]
+    return loss, torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_gradient_caching_gives_the_full_batch_update_and_accumulation_does_not():
+    images = torch.rand(16, 3, 8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    full_loss, full = _update(_simclr(bn=False), images)
+    for kwargs in (dict(chunks=4), dict(chunks=2), dict(chunks=4, model_tile=5)):
+        tile = kwargs.pop("model_tile", None)
+        loss, cached = _update(_simclr(bn=False, tile=tile), images, **kwargs)
+        assert abs(loss.item() - full_loss.item()) < 1e-12 and torch.allclose(cached, full, atol=1e-12, rtol=0)
+    _, accumulated = _update(_simclr(bn=False), images, accumulation=4)
+    assert (accumulated - full).abs().max() > 1e-3, "accumulation changes the objective"
+
+
+def test_gradient_caching_with_batchnorm_moves_running_statistics_once_per_chunk():
+    images = torch.rand(16, 3, 8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    model = _simclr(bn=True)
+    _update(model, images, chunks=4)
+    assert int(model.encoder[2].num_batches_tracked) == 4, "pass 1's updates are undone"
+
+
+def test_gradient_caching_keeps_one_chunk_of_encoder_activations():
+    images = torch.rand(64, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    kept = {}
+    for chunks in (1, 4):       # tiled loss: the loss's own O(N²) graph is not what we measure
+        model = _simclr(bn=True, dtype=torch.float32, tile=16)
+        step = make_step(model, torch.optim.SGD(model.parameters(), lr=0.1), augment=_augment,
+                         generator=torch.Generator().manual_seed(1), chunks=chunks)
+        kept[chunks] = measure(lambda: step(images), model=model).activation_bytes
+    assert kept[4] < 0.4 * kept[1]
+
+
+def test_gradient_caching_refuses_what_it_cannot_do():
+    opt = torch.optim.SGD(_simclr(bn=False).parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="not both"):
+        make_step(_simclr(bn=False), opt, augment=_augment, chunks=2, accumulation=2)
+    with pytest.raises(ValueError, match="divisible into 3 chunks"):
+        make_step(_simclr(bn=False), opt, augment=_augment, chunks=3)(torch.rand(8, 3, 8, 8, dtype=torch.float64))
+    moco = MoCo(nn.Sequential(nn.Flatten(), nn.Linear(192, 8)), nn.Linear(8, 4), queue_size=16)
+    with pytest.raises(TypeError, match="chunks"):
+        make_step(moco, torch.optim.SGD(moco.parameters(), lr=0.1), augment=_augment, chunks=2)
+    with pytest.raises(ValueError, match="tile"):
+        nt_xent_loss_tiled(torch.rand(4, 3), torch.rand(4, 3), 0.5, 0)

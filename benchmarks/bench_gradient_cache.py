@@ -1,0 +1,133 @@
+"""More candidates without more back-propagated images: how large a SimCLR batch fits a memory cap.
+
+At a cap on kept-for-backward bytes (1 GiB) on lesson 02's backbone (SmallResNet width 16) at 32 px:
+the largest batch N for
+
+- naive:                    one graph over all 2N views and the plain NT-Xent (2N×2N logits kept)
+- gradient caching:         chunks of ``CHUNK`` images back-propagated one at a time, plain loss
+- gradient caching + tiled: the same with ``nt_xent_loss_tiled`` (the loss keeps O(N·d))
+
+Kept-for-backward is measured by the ledger at three batch sizes per method and extrapolated with
+the form each method predicts (naive: a + bN + cN²; caching: the larger of one chunk's encoder graph
+and the loss's graph); the forms are checked against the measurements. Goals: gradient caching +
+tiled fits >= 16x the naive batch; its time per image is within 1.6x of naive where both fit (it
+pays one extra encoder forward). Tiled loss alone at N = 8192, d = 128: kept-for-backward <= 5%
+of the plain loss's.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from course_utils.augment import SimCLRAugment
+from course_utils.ledger import measure
+from course_utils.models import ProjectionHead, SmallResNet
+from course_utils.objectives import SimCLR, make_step
+from course_utils.objectives.simclr import nt_xent_loss, nt_xent_loss_tiled
+from course_utils.runtime import core_seconds
+
+CAP_BYTES, IMAGE_SIZE, CHUNK, TILE = 2**30, 32, 32, 256
+METHODS = {"naive": dict(chunks=None, tile=None), "gradient caching": dict(chunks=CHUNK, tile=None),
+           "gradient caching + tiled": dict(chunks=CHUNK, tile=TILE)}
+
+
+def _step(method: str, n: int):
+    torch.manual_seed(0)
+    backbone = SmallResNet(width=16)
+    model = SimCLR(backbone, ProjectionHead(backbone.feature_dim, 128, 64), temperature=0.5,
+                   tile=METHODS[method]["tile"])
+    chunks = n // METHODS[method]["chunks"] if METHODS[method]["chunks"] else 1
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    images = torch.rand(n, 3, IMAGE_SIZE, IMAGE_SIZE, generator=torch.Generator().manual_seed(0))
+    step = make_step(model, opt, augment=SimCLRAugment(IMAGE_SIZE),
+                     generator=torch.Generator().manual_seed(0), chunks=chunks)
+    return model, step, images
+
+
+def kept_bytes(method: str, n: int) -> int:
+    model, step, images = _step(method, n)
+    return measure(lambda: step(images), model=model).activation_bytes
+
+
+def loss_kept_bytes(n: int, d: int, tile: int | None) -> int:
+    """What the loss alone keeps for backward on N×d embeddings (plain, or tiled with ``tile``)."""
+    z1, z2 = (torch.randn(n, d, requires_grad=True) for _ in range(2))
+    loss = (lambda: nt_xent_loss(z1, z2, 0.5)) if tile is None else (lambda: nt_xent_loss_tiled(z1, z2, 0.5, tile))
+    return measure(lambda: loss().backward()).activation_bytes
+
+
+def _largest_under_cap(predict) -> int:
+    grid = np.unique(np.round(np.geomspace(CHUNK, 2**24, 4000) / CHUNK) * CHUNK)
+    fits = [int(n) for n in grid if predict(n) <= CAP_BYTES]
+    return max(fits) if fits else 0
+
+
+def largest_batch(method: str, sizes: list[int], loss_sizes: list[int]) -> dict:
+    """Predict kept(N) in the method's form, check it against the step measured at ``sizes``, and
+    solve kept(N) <= cap. Naive: a + bN + cN² fitted on the steps themselves (exact on three
+    points). Caching: max(one chunk's graph, the loss's graph at N), the loss's part fitted on the
+    loss alone at ``loss_sizes`` (where it, not the chunk, decides)."""
+    kept = [kept_bytes(method, n) for n in sizes]
+    if METHODS[method]["chunks"] is None:
+        coef = np.polyfit(np.array(sizes[:3], float), np.array(kept[:3], float), 2)
+        predict = lambda n: float(np.polyval(coef, n))                      # noqa: E731
+    else:
+        chunk_graph = max(kept)
+        loss = [loss_kept_bytes(n, 64, METHODS[method]["tile"]) for n in loss_sizes]
+        coef = np.polyfit(np.array(loss_sizes, float), np.array(loss, float), 2)
+        predict = lambda n: max(chunk_graph, float(np.polyval(coef, n)))   # noqa: E731
+    errors = [abs(predict(n) - k) / k for n, k in zip(sizes, kept)]
+    return {"measured_kept_bytes": dict(zip(map(str, sizes), kept)), "fit": coef[::-1].tolist(),
+            "prediction_rel_error": max(errors), "largest_batch_under_cap": _largest_under_cap(predict)}
+
+
+def seconds_per_image(method: str, n: int, steps: int) -> float:
+    _, step, images = _step(method, n)
+    step(images)
+    start = core_seconds()
+    for _ in range(steps):
+        step(images)
+    return (core_seconds() - start) / (steps * n)
+
+
+def tiled_loss_alone(n: int, d: int) -> dict:
+    plain, tiled = loss_kept_bytes(n, d, None), loss_kept_bytes(n, d, TILE)
+    return {"n": n, "d": d, "plain_kept_bytes": plain, "tiled_kept_bytes": tiled, "ratio": tiled / plain}
+
+
+def run(quick: bool = False) -> dict:
+    sizes = [64, 128, 192] if quick else [64, 128, 256, 512]
+    loss_sizes = [256, 512, 1024] if quick else [512, 1024, 2048, 4096]
+    rows = {m: largest_batch(m, sizes, loss_sizes) for m in METHODS}
+    naive_n = rows["naive"]["largest_batch_under_cap"]
+    time_n = 64 if quick else 256
+    timing = {m: seconds_per_image(m, time_n, 1 if quick else 3) for m in ("naive", "gradient caching + tiled")}
+    tiled = tiled_loss_alone(1024 if quick else 8192, 128)
+    summary = {
+        "cap_gib": CAP_BYTES / 2**30,
+        **{f"largest_batch_{m.replace(' ', '_').replace('+', 'plus')}": r["largest_batch_under_cap"]
+           for m, r in rows.items()},
+        "caching_tiled_over_naive_batch": rows["gradient caching + tiled"]["largest_batch_under_cap"] / max(1, naive_n),
+        "time_per_image_ratio_caching_tiled_over_naive": timing["gradient caching + tiled"] / timing["naive"],
+        "tiled_loss_kept_ratio": tiled["ratio"],
+        "worst_prediction_rel_error": max(r["prediction_rel_error"] for r in rows.values()),
+    }
+    summary["goals_met"] = bool(summary["caching_tiled_over_naive_batch"] >= 16
+                                and summary["time_per_image_ratio_caching_tiled_over_naive"] <= 1.6
+                                and (quick or tiled["ratio"] <= 0.05))
+    return {"config": dict(cap_bytes=CAP_BYTES, image_size=IMAGE_SIZE, backbone="SmallResNet(width=16)",
+                           chunk_images=CHUNK, tile=TILE, step_sizes=sizes, loss_sizes=loss_sizes,
+                           timing_batch=time_n),
+            "methods": rows, "seconds_per_image": timing, "tiled_loss_alone": tiled,
+            "goals": {"caching_tiled_over_naive_batch": ">= 16", "time_per_image_ratio": "<= 1.6",
+                      "tiled_loss_kept_ratio_at_8192": "<= 0.05"},
+            "summary": summary}
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from run import run_one
+    print(json.dumps(run_one(Path(__file__), quick="--quick" in sys.argv)["summary"], indent=1))

@@ -49,7 +49,8 @@ def _optimizer(name: str, params, lr: float):
 # ---------------------------------------------------------------------------------------------
 def hello_all_reduce(rank: int, world_size: int) -> dict:
     """Each rank contributes rank + 1; all-reduce (sum) gives every rank n(n+1)/2."""
-    value = torch.tensor([float(rank + 1)])
+    # On this rank's device: NCCL only takes CUDA tensors, gloo CPU ones.
+    value = torch.tensor([float(rank + 1)], device=worker_device())
     dist.all_reduce(value)  # default op: SUM, result written in place on every rank
     return {"rank": rank, "world_size": world_size, "sum": value.item(),
             "backend": dist.get_backend(), "pid": os.getpid()}
@@ -65,7 +66,7 @@ def fail_on_rank(rank: int, world_size: int, bad_rank: int = 1) -> int:
 
 def die_on_rank(rank: int, world_size: int, bad_rank: int = 1, after_steps: int = 2) -> int:
     """All ranks all-reduce for a few steps, then ``bad_rank`` is killed (SIGKILL, no traceback)."""
-    grad = torch.ones(4)
+    grad = torch.ones(4, device=worker_device())
     for step in range(after_steps + 100):
         if rank == bad_rank and step == after_steps:
             os.kill(os.getpid(), signal.SIGKILL)  # like the OOM killer or a lost node

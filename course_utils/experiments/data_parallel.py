@@ -83,6 +83,25 @@ def hang_on_rank(rank: int, world_size: int, bad_rank: int = 1, seconds: float =
     return rank
 
 
+def sampler_epochs(rank: int, world_size: int, dataset_size: int = 20, epochs: int = 3,
+                   batch: int = 4) -> dict:
+    """Which examples this rank sees each epoch, through DistributedSampler + DataLoader.
+
+    ``set_epoch(e)`` reseeds the shuffle: without it every epoch repeats epoch 0's order."""
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+    data = TensorDataset(torch.arange(dataset_size))          # example i is the number i
+    sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=batch, sampler=sampler)
+    seen, seen_without_set_epoch = [], []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)                               # forget this and epochs repeat
+        seen.append([i for (ids,) in loader for i in ids.tolist()])
+    frozen = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    for epoch in range(epochs):                                # no set_epoch
+        seen_without_set_epoch.append(list(frozen))
+    return {"seen": seen, "seen_without_set_epoch": seen_without_set_epoch}
+
+
 # ---------------------------------------------------------------------------------------------
 # DDP == one process on the concatenated batch
 # ---------------------------------------------------------------------------------------------
@@ -160,7 +179,7 @@ def ddp_comm_bytes(rank: int, world_size: int, cfg: dict | None = None) -> dict:
     c = settings(cfg, DEFAULTS)
     device, dtype = worker_device(), getattr(torch, c.dtype)
     model = make_mlp(c.in_dim, c.hidden, c.out_dim, seed=c.seed, dtype=dtype).to(device)
-    psi = sum(p.numel() * p.element_size() for p in model.parameters())  # Ψ bytes
+    psi = sum(p.numel() * p.element_size() for p in model.parameters())  # 4Ψ: gradient bytes of Ψ fp32 parameters
     ddp = wrap_ddp(model)
     hook_log: dict = {}
     ddp.register_comm_hook(hook_log, allreduce_mean_hook)

@@ -101,3 +101,13 @@ def test_tensor_parallel_mlp_equals_unsplit_with_two_all_reduces(ranks):
         # Each rank: half of W1, b1, W2, plus the replicated b2.
         assert tp["weights_on_this_rank"] == (tp["weights_unsplit"] - 32) // 2 + 32
         assert tp["torch_dtensor_output_diff"] is None or tp["torch_dtensor_output_diff"] < 1e-5
+
+
+@pytest.mark.parametrize("p, m", [(4, 16), (8, 32)])
+def test_zero_bubble_needs_about_twice_1f1b_memory_not_all_m(p, m):
+    """ZB-H2's trade: (p-1)(F+B-W) is reached holding 2p-1 micro-batches, and no sooner."""
+    formula = pp.zero_bubble_formula(p, m)
+    h2 = pp.simulate("zero_bubble", p, m, max_in_flight=2 * p - 1)
+    assert h2.bubble_fraction == pytest.approx(formula) and h2.peak_activations(0) == 2 * p - 1 < m
+    at_1f1b = pp.simulate("zero_bubble", p, m, max_in_flight=p)
+    assert formula < at_1f1b.bubble_fraction < pp.bubble_formula(p, m)

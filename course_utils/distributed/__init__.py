@@ -7,7 +7,8 @@
 - ``sharding``        ZeRO predictions; DDP, ZeRO-1 (ZeroRedundancyOptimizer), FSDP2 ``fully_shard``
 - ``pipeline``        schedule simulator (GPipe, 1F1B, interleaved, zero-bubble) and stage slicing
 - ``tensor_parallel`` Megatron column-then-row MLP
-- ``torchrun_entry``  any worker under ``torchrun --nproc_per_node N``
+- ``torchrun_entry``  any worker under ``torchrun --nproc_per_node N`` (one backend per node)
+- ``device_check``    ``placement_checked``: a worker run with host/device placement simulated on CPU
 
 The workers the lessons launch are in ``course_utils.experiments`` (one module per lesson).
 """

@@ -29,19 +29,18 @@ import torch.distributed as dist
 from course_utils import checks
 
 # torch >= 2.10 renamed *_into_tensor / *_tensor to *_single; older versions only have the old names.
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-
+# Looked up at call time, so that wrappers installed on torch.distributed (CollectiveCounter, the
+# placement check) see these calls too.
 def all_gather_single(output: torch.Tensor, local: torch.Tensor, group=None, async_op=False):
     """output (n·B×...) <- concatenation of every rank's ``local`` (B×...), in rank order."""
-    return _all_gather_single(output, local, group=group, async_op=async_op)
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    return gather(output, local, group=group, async_op=async_op)
 
 
 def reduce_scatter_single(output: torch.Tensor, full: torch.Tensor, group=None, async_op=False):
     """output (B×...) <- this rank's slice of Σ over ranks of ``full`` (n·B×...)."""
-    return _reduce_scatter_single(output, full, op=dist.ReduceOp.SUM, group=group,
-                                  async_op=async_op)
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return scatter(output, full, op=dist.ReduceOp.SUM, group=group, async_op=async_op)
 
 
 def _gather(local: torch.Tensor) -> torch.Tensor:

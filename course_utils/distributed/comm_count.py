@@ -17,8 +17,8 @@ Two measurements, because they answer different questions:
        all_gather       (n-1)/n · P
        reduce_scatter   (n-1)/n · P
        broadcast        (n-1)/n · P      (pipelined chain, averaged over ranks)
-   With Ψ = parameter bytes: DDP sends 2(n-1)/n·Ψ per step, ZeRO-3 3(n-1)/n·Ψ; the ZeRO paper's
-   "2Ψ" and "3Ψ" are these for large n.
+   With Ψ parameters (a count) in fp32: DDP sends 2(n-1)/n·4Ψ bytes per step, ZeRO-3
+   3(n-1)/n·4Ψ; the ZeRO paper's "2Ψ" and "3Ψ" (in elements) are these for large n.
 
 2. ``wire_bytes()`` reads ``wchar`` from /proc/self/io (Linux): every byte this process wrote
    through write()/writev(), which is how gloo sends over TCP. That is the algorithm's true cost,

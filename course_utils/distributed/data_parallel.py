@@ -30,9 +30,30 @@ from course_utils.objectives.simclr import nt_xent_loss
 
 
 def wrap_ddp(model: nn.Module) -> DDP:
-    """DDP on this rank's device (its GPU under NCCL; the CPU, no device ids, under gloo)."""
+    """DDP on this rank's device (its GPU under NCCL; the CPU, no device ids, under gloo).
+
+    ``gradient_as_bucket_view=True``: by default DDP copies every gradient into flat
+    communication buckets, so a rank holds the gradients twice (4Ψ in ``p.grad`` + 4Ψ in the
+    buckets, for Ψ fp32 parameters). As views, each ``p.grad`` *is* a slice of its bucket: one copy,
+    and the ledger's 4Ψ of gradients is the whole story (``grad_storages`` shows it).
+    """
     device = worker_device()
-    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+               gradient_as_bucket_view=True)
+
+
+def grad_storages(model: nn.Module) -> dict:
+    """How the gradients are laid out in memory: distinct storages and their total bytes.
+
+    Under ``wrap_ddp`` every gradient is a view into one of DDP's buckets, so there are as many
+    storages as buckets (not one per parameter) and their bytes equal the gradients' bytes."""
+    storages = {}
+    for p in model.parameters():
+        if p.grad is not None:
+            s = p.grad.untyped_storage()
+            storages[s.data_ptr()] = s.nbytes()
+    return {"storages": len(storages), "bytes": sum(storages.values()),
+            "grads": sum(1 for p in model.parameters() if p.grad is not None)}
 
 
 def average_gradients(model: nn.Module) -> None:

@@ -10,8 +10,9 @@ nobody downstream waits for, so it can fill idle slots).
     GPipe  all F, then all B          bubble = (p-1)/(m+p-1)      activations held: m
     1F1B   warm-up, then alternate    bubble = (p-1)/(m+p-1)      activations held: p - stage
     interleaved 1F1B, v chunks/device bubble = (p-1)/(v·m+p-1)    (more point-to-point traffic)
-    zero-bubble (B/W split)           W fills idle slots: bubble (p-1)(F+B-W) per device, if
-                                      activations may stay until W (memory is the price)
+    zero-bubble (B/W split)           W fills idle slots: bubble (p-1)(F+B-W) per device once a
+                                      device may hold ~2p micro-batches until their W (twice
+                                      1F1B's p; ZB-H2's price); at 1F1B's p, a smaller gain
 
 ``simulate`` executes a schedule tick by tick (integer costs): each device, when idle, starts the
 next operation its schedule allows whose inputs are ready. ``stage_slice`` cuts a Sequential into
@@ -135,8 +136,8 @@ def simulate(schedule: str, devices: int, microbatches: int, *, forward: int = 1
     over all its chunks: each chunk costs 1/v of it). zero_bubble splits backward into
     B_input = backward // 2 and W = backward - B_input. chunks: v, used only by interleaved.
     max_in_flight (zero_bubble only): cap on micro-batches whose activations a device holds;
-    None = no cap (reaches ``zero_bubble_formula``, holding up to m like GPipe), "1f1b" = p - d
-    (1F1B's memory: a smaller gain). The memory/bubble trade-off is the lesson.
+    None = no cap; "1f1b" = p - d (1F1B's memory: a smaller gain). A cap of 2p - 1 already
+    reaches ``zero_bubble_formula`` (lesson 09 asserts it); more memory buys nothing.
     """
     checks.choice(schedule, "schedule", SCHEDULES)
     p, m = devices, microbatches

@@ -12,7 +12,8 @@ torch implements stage 1 as ``ZeroRedundancyOptimizer`` on top of DDP (all-reduc
 owner broadcasts its updated parameters: 3(n-1)/n · 4Ψ, more than the ideal) and stage 3 as
 FSDP2 ``fully_shard``; with ``reshard_after_forward=False`` FSDP2 keeps the gathered parameters
 from forward to backward (one all-gather saved, ZeRO-2-like traffic 2(n-1)/n · 4Ψ, full
-parameters resident during the step). Activations are not sharded by any of them.
+parameters resident during the step). Activations are not sharded by any of them. DDP's row
+assumes ``gradient_as_bucket_view=True`` (``wrap_ddp``); by default DDP adds 4Ψ of buckets.
 
 ``parallelize`` wraps a model for one of these strategies; the predictions are the table above.
 The lesson's experiments (all four strategies trained side by side, a distributed checkpoint
@@ -56,7 +57,8 @@ def predicted_state_bytes(n_params: int, world_size: int, stage: str,
 
 
 def predicted_comm_bytes(param_bytes: float, world_size: int, stage: str) -> float:
-    """Bytes each rank sends per step with ring collectives: 2(n-1)/n·Ψ, or 3(n-1)/n·Ψ for stage 3."""
+    """Bytes each rank sends per step with ring collectives, for ``param_bytes`` = 4Ψ (fp32):
+    2(n-1)/n·4Ψ, or 3(n-1)/n·4Ψ for stage 3."""
     checks.choice(stage, "stage", STAGES)
     n = world_size
     return (3 if stage == "zero3" else 2) * (n - 1) / n * param_bytes

@@ -49,7 +49,8 @@ def _optimizer(name: str, params, lr: float):
 # ---------------------------------------------------------------------------------------------
 def hello_all_reduce(rank: int, world_size: int) -> dict:
     """Each rank contributes rank + 1; all-reduce (sum) gives every rank n(n+1)/2."""
-    value = torch.tensor([float(rank + 1)])
+    # On this rank's device: NCCL only takes CUDA tensors, gloo CPU ones.
+    value = torch.tensor([float(rank + 1)], device=worker_device())
     dist.all_reduce(value)  # default op: SUM, result written in place on every rank
     return {"rank": rank, "world_size": world_size, "sum": value.item(),
             "backend": dist.get_backend(), "pid": os.getpid()}
@@ -65,7 +66,7 @@ def fail_on_rank(rank: int, world_size: int, bad_rank: int = 1) -> int:
 
 def die_on_rank(rank: int, world_size: int, bad_rank: int = 1, after_steps: int = 2) -> int:
     """All ranks all-reduce for a few steps, then ``bad_rank`` is killed (SIGKILL, no traceback)."""
-    grad = torch.ones(4)
+    grad = torch.ones(4, device=worker_device())
     for step in range(after_steps + 100):
         if rank == bad_rank and step == after_steps:
             os.kill(os.getpid(), signal.SIGKILL)  # like the OOM killer or a lost node
@@ -80,6 +81,25 @@ def hang_on_rank(rank: int, world_size: int, bad_rank: int = 1, seconds: float =
         time.sleep(seconds)
     dist.barrier()
     return rank
+
+
+def sampler_epochs(rank: int, world_size: int, dataset_size: int = 20, epochs: int = 3,
+                   batch: int = 4) -> dict:
+    """Which examples this rank sees each epoch, through DistributedSampler + DataLoader.
+
+    ``set_epoch(e)`` reseeds the shuffle: without it every epoch repeats epoch 0's order."""
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+    data = TensorDataset(torch.arange(dataset_size))          # example i is the number i
+    sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=batch, sampler=sampler)
+    seen, seen_without_set_epoch = [], []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)                               # forget this and epochs repeat
+        seen.append([i for (ids,) in loader for i in ids.tolist()])
+    frozen = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    for epoch in range(epochs):                                # no set_epoch
+        seen_without_set_epoch.append(list(frozen))
+    return {"seen": seen, "seen_without_set_epoch": seen_without_set_epoch}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,7 +179,7 @@ def ddp_comm_bytes(rank: int, world_size: int, cfg: dict | None = None) -> dict:
     c = settings(cfg, DEFAULTS)
     device, dtype = worker_device(), getattr(torch, c.dtype)
     model = make_mlp(c.in_dim, c.hidden, c.out_dim, seed=c.seed, dtype=dtype).to(device)
-    psi = sum(p.numel() * p.element_size() for p in model.parameters())  # Ψ bytes
+    psi = sum(p.numel() * p.element_size() for p in model.parameters())  # 4Ψ: gradient bytes of Ψ fp32 parameters
     ddp = wrap_ddp(model)
     hook_log: dict = {}
     ddp.register_comm_hook(hook_log, allreduce_mean_hook)

@@ -21,6 +21,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from course_utils.distributed.comm_count import CollectiveCounter, state_bytes
+from course_utils.distributed.data_parallel import grad_storages
 from course_utils.distributed.launcher import worker_device
 from course_utils.distributed.sharding import (STRATEGIES, full_params, local_param_bytes,
                                                local_shards, parallelize)
@@ -57,9 +58,11 @@ def train_and_measure(rank: int, world_size: int, strategy: str, c) -> dict:
             opt.step()
         if counting:
             resident = state_bytes(model, opt)
+            layout = grad_storages(model) if strategy in ("ddp", "zero1") else None
     return {"strategy": strategy, "n_params": n_params, "param_bytes": 4 * n_params,
             "params": full_params(model), "state": resident,
-            "held_after_forward": held_after_forward, "comm": comm.summary(world_size)}
+            "held_after_forward": held_after_forward, "comm": comm.summary(world_size),
+            "grad_layout": layout}
 
 
 def compare_strategies(rank: int, world_size: int, cfg: dict | None = None) -> dict:

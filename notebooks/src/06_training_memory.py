@@ -203,7 +203,8 @@ print(f"per-sample activations bf16/fp32 = {bf16_ratio:.3f}; optimizer bytes bf1
 
 # %%
 # NBVAL_CHECK_OUTPUT
-assert bf16_ratio < 0.75, bf16_ratio
+if device.type == "cpu":  # CPU autocast: softmax in bf16 too (on CUDA it stays fp32, see section 5)
+    assert bf16_ratio < 0.75, bf16_ratio
 assert opt_bytes[True] == opt_bytes[False]
 
 # %% [markdown]
@@ -250,7 +251,13 @@ plt.show()
 #   treat a small headroom as "does not fit".
 # - The 16-bit formula assumes Megatron's layer (dropout, fused kernels, fp32 logits). Our fp32
 #   TinyGPT has no dropout, so its count is the derived one above; the two agree in structure, not
-#   in constants. On CUDA, autocast runs softmax in fp32, so the s² term costs 4 bytes there.
+#   in constants. On CUDA, autocast runs softmax in fp32: the attention probabilities are kept
+#   twice, the fp32 softmax output (for softmax's backward) and the bf16 copy the next matmul
+#   saves, 6 bytes per element instead of 2, so the bf16/fp32 per-sample ratio of claim 4 is
+#   higher there than the CPU measurement above (CPU autocast runs softmax in bf16). That CUDA
+#   figure has not been measured by this kit yet; the assert of claim 4 is for the CPU.
+# - The T4 (Colab) has no bf16: fp16 autocast with a GradScaler stores the same bytes, and "what
+#   fits" counts about 14.7 GiB of its 16 GB as usable.
 # - Wall-time ratios on a shared CPU are noisy (on a busy machine full recomputation can even
 #   *look* faster); FLOP ratios are exact counts of matmul FLOPs, so the evidence asserts those.
 # - Activation memory is one line. Sharding the resident state across devices (lesson 08) or

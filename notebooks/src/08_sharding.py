@@ -64,15 +64,22 @@ show_table([{"stage": stage, **{k: v / GB for k, v in sh.predicted_state_bytes(s
 # %% [markdown]
 # ## 2 · The mechanism: keep 1/n, fetch the rest just in time
 #
-# ZeRO (Rajbhandari et al., 2020) removes the redundancy in three steps. With Ψ the parameter
-# bytes and n ranks:
+# ZeRO (Rajbhandari et al., 2020) removes the redundancy in three steps. With Ψ the number of
+# parameters (the paper's Ψ: a count, not bytes), fp32 everything and n ranks, in bytes:
 #
-# | stage | sharded | held per rank (fp32 Adam) | sent per rank per step (ring) |
+# | stage | sharded | held per rank (params + grads + Adam m, v) | sent per rank per step (ring) |
 # |---|---|---|---|
-# | DDP | nothing | 4Ψ+4Ψ+8Ψ (in parameters' bytes: Ψ+Ψ+2Ψ) | all-reduce grads: 2(n−1)/n·Ψ |
-# | ZeRO-1 | optimizer state | Ψ + Ψ + 2Ψ/n | reduce-scatter grads + all-gather params: 2(n−1)/n·Ψ |
-# | ZeRO-2 | + gradients | Ψ + Ψ/n + 2Ψ/n | same |
-# | ZeRO-3 / FSDP | + parameters | (Ψ + Ψ + 2Ψ)/n | all-gather in forward, again in backward, reduce-scatter: 3(n−1)/n·Ψ |
+# | DDP | nothing | 4Ψ + 4Ψ + 8Ψ | all-reduce grads: 2(n−1)/n·4Ψ |
+# | ZeRO-1 | optimizer state | 4Ψ + 4Ψ + 8Ψ/n | reduce-scatter grads + all-gather params: 2(n−1)/n·4Ψ |
+# | ZeRO-2 | + gradients | 4Ψ + 4Ψ/n + 8Ψ/n | same |
+# | ZeRO-3 / FSDP | + parameters | (4Ψ + 4Ψ + 8Ψ)/n | all-gather in forward, again in backward, reduce-scatter: 3(n−1)/n·4Ψ |
+#
+# DDP's row holds only because the kit builds DDP with `gradient_as_bucket_view=True`. By
+# default DDP copies every gradient into flat communication *buckets* before the all-reduce and
+# copies the result back, so each rank holds the gradients twice: 4Ψ + **4Ψ + 4Ψ** + 8Ψ. As bucket
+# views, each `p.grad` is a slice of its bucket and there is one copy. The evidence below checks
+# it from the storage layout: the gradients live in as many storages as DDP has buckets, not one
+# per parameter.
 #
 # ZeRO-1 and 2 are free in communication: an all-reduce *is* a reduce-scatter plus an
 # all-gather, they just keep a different half. ZeRO-3 pays one extra all-gather, because the
@@ -90,7 +97,18 @@ show_table([{"stage": stage, **{k: v / GB for k, v in sh.predicted_state_bytes(s
 # A stack of equal Linear+Tanh blocks (like transformer blocks: equal sizes split evenly), AdamW,
 # the same data and initialisation everywhere. Each run counts the last step's collectives
 # (`CollectiveCounter`; DDP's all-reduce is made visible with a comm hook) and the bytes each rank
-# holds afterwards. First the single-process ledger of the same step, the n = 1 reference:
+# holds afterwards. This is the code every rank runs (`build` wraps the model, `parallelize` is
+# where `DDP(...)`, `ZeroRedundancyOptimizer` and `fully_shard` appear):
+
+# %%
+import inspect
+print(inspect.getsource(sh.parallelize))
+print(inspect.getsource(lesson.train_and_measure))
+
+# %% [markdown]
+# `launch` starts the ranks; in each, `torch.distributed.init_process_group("gloo" or "nccl")`
+# has run before the worker is called (`course_utils/distributed/launcher.py`). First the
+# single-process ledger of the same step, the n = 1 reference:
 
 # %%
 model = toys.make_stack(cfg.model["width"], cfg.model["depth"], cfg.seed).to(device)
@@ -106,7 +124,7 @@ def step():
 
 record = measure(step, model=model, optimizer=opt)
 n_params = sum(p.numel() for p in model.parameters())
-print(f"Ψ = {n_params:,} parameters = {4 * n_params:,} bytes; ledger: params {record.param_bytes:,}, "
+print(f"Ψ = {n_params:,} parameters, 4Ψ = {4 * n_params:,} bytes; ledger: params {record.param_bytes:,}, "
       f"grads {record.grad_bytes:,}, optimizer {record.optimizer_bytes:,} bytes")
 
 # %%
@@ -129,9 +147,12 @@ show_table(rows)
 
 # %%
 two = runs[cfg.ranks][0]
-psi = two["ddp"]["param_bytes"]
-show_table([{"strategy": s, **{f"{k} payload / Ψ": v / psi for k, v in r["comm"]["payload"].items()}}
+param_bytes = two["ddp"]["param_bytes"]   # 4Ψ
+show_table([{"strategy": s, **{f"{k} payload / 4Ψ": v / param_bytes for k, v in r["comm"]["payload"].items()}}
             for s, r in two.items()])
+layout = two["ddp"]["grad_layout"]
+print(f"DDP gradients: {layout['grads']} tensors in {layout['storages']} storage(s) of "
+      f"{layout['bytes']:,} bytes in all (4Ψ = {param_bytes:,})")
 
 # %% [markdown]
 # ## 4 · The evidence
@@ -145,15 +166,18 @@ for n, per_rank in runs.items():
             predicted = sh.predicted_state_bytes(result["n_params"], n, stage_of[strategy])
             assert result["state"] == predicted, (n, strategy, result["state"], predicted)
             assert (result["params"] - r["ddp"]["params"]).abs().max() < 1e-6, (n, strategy)
-        psi = r["ddp"]["param_bytes"]
+        pb = r["ddp"]["param_bytes"]   # 4Ψ
         for strategy, stage in (("ddp", "ddp"), ("fsdp", "zero3"), ("fsdp_keep", "zero2")):
             sent = r[strategy]["comm"]["ring_bytes_sent"]
-            assert abs(sent - sh.predicted_comm_bytes(psi, n, stage)) <= 1e-9 * psi, (n, strategy, sent)
-        assert r["fsdp"]["held_after_forward"] == psi / n and r["fsdp_keep"]["held_after_forward"] == psi
+            assert abs(sent - sh.predicted_comm_bytes(pb, n, stage)) <= 1e-9 * pb, (n, strategy, sent)
+        assert r["fsdp"]["held_after_forward"] == pb / n and r["fsdp_keep"]["held_after_forward"] == pb
+        for strategy in ("ddp", "zero1"):  # one copy of the gradients: they are the buckets
+            g = r[strategy]["grad_layout"]
+            assert g["bytes"] == pb and g["storages"] < g["grads"], (n, strategy, g)
         if n > 1:  # on one rank FSDP2 and ZeRO-1 skip their collectives altogether
-            assert r["fsdp"]["comm"]["payload"] == {"all_gather": 2 * psi, "reduce_scatter": psi}
-            assert r["fsdp_keep"]["comm"]["payload"] == {"all_gather": psi, "reduce_scatter": psi}
-            assert r["zero1"]["comm"]["payload"] == {"all_reduce": psi, "broadcast": psi}
+            assert r["fsdp"]["comm"]["payload"] == {"all_gather": 2 * pb, "reduce_scatter": pb}
+            assert r["fsdp_keep"]["comm"]["payload"] == {"all_gather": pb, "reduce_scatter": pb}
+            assert r["zero1"]["comm"]["payload"] == {"all_reduce": pb, "broadcast": pb}
 
 # %% [markdown]
 # Predicted for 1–64 ranks, measured (dots) for 1 and 2:
@@ -218,15 +242,24 @@ assert act.activation_bytes > resident_zero3, "at this batch the activations dom
 
 # %% [markdown]
 # - **Implementations differ from the paper.** torch's ZeRO-1 keeps DDP's all-reduce and then
-#   broadcasts each owner's updated parameters: 3(n−1)/n·Ψ sent, not the ideal 2(n−1)/n·Ψ. And
-#   the formulas assume ring algorithms: gloo's CPU reduce-scatter sends as much as an all-reduce,
-#   so FSDP2's measured wire bytes here exceed 3(n−1)/n·Ψ (NCCL on GPUs uses rings):
+#   broadcasts each owner's updated parameters: 3(n−1)/n·4Ψ sent, not the ideal 2(n−1)/n·4Ψ. And
+#   the formulas assume ring algorithms. gloo's CPU reduce-scatter (this torch's gloo, measured
+#   on 2 ranks) writes as many bytes as an all-reduce of the same input, 2(n−1)/n·P instead of
+#   (n−1)/n·P, so FSDP2's measured wire bytes exceed 3(n−1)/n·4Ψ; NCCL on GPUs uses rings. The
+#   cell compares the wire with both models of the reduce-scatter:
 
 # %%
-fsdp_wire = two["fsdp"]["comm"]["wire_bytes"]
-if fsdp_wire is not None:
-    print(f"FSDP2 wire bytes / ZeRO-3 ring formula = {fsdp_wire / two['fsdp']['comm']['ring_bytes_sent']:.2f}; "
+fsdp = two["fsdp"]["comm"]
+fsdp_wire = fsdp["wire_bytes"]
+gather_ring = (cfg.ranks - 1) / cfg.ranks * fsdp["payload"]["all_gather"]
+as_ring = gather_ring + (cfg.ranks - 1) / cfg.ranks * fsdp["payload"]["reduce_scatter"]
+as_all_reduce = gather_ring + 2 * (cfg.ranks - 1) / cfg.ranks * fsdp["payload"]["reduce_scatter"]
+if fsdp_wire is not None:  # Linux: bytes the rank process wrote to its sockets
+    print(f"FSDP2 wire bytes {fsdp_wire:,}: {fsdp_wire / as_ring:.2f}× the ring model, "
+          f"{fsdp_wire / as_all_reduce:.2f}× the model where reduce-scatter costs an all-reduce; "
           f"DDP wire / ring formula = {two['ddp']['comm']['wire_bytes'] / two['ddp']['comm']['ring_bytes_sent']:.2f}")
+    assert 1.0 <= fsdp_wire / as_all_reduce < 1.1 and fsdp_wire / as_ring > 1.2, fsdp_wire
+    assert 1.0 <= two["ddp"]["comm"]["wire_bytes"] / two["ddp"]["comm"]["ring_bytes_sent"] < 1.1
 
 # %% [markdown]
 # - **Bytes are not time.** ZeRO-3's extra all-gather is cheap when it overlaps with compute
@@ -350,7 +383,7 @@ def fsdp_traffic(param_bytes, ranks):
 # # BEGIN TESTS
 
 # %%
-check_close(list(fsdp_traffic(psi, cfg.ranks)),
+check_close(list(fsdp_traffic(param_bytes, cfg.ranks)),
             [two["fsdp"]["comm"]["ring_bytes_sent"], two["fsdp_keep"]["comm"]["ring_bytes_sent"]],
             what="(reshard, keep) bytes per rank counted in this lesson")
 
@@ -368,9 +401,10 @@ check_close(list(fsdp_traffic(800, 8)), [2100, 1400], what="800 bytes of paramet
 headline(
     zero1_optimizer_bytes_ratio=two["zero1"]["state"]["optimizer"] / two["ddp"]["state"]["optimizer"],
     fsdp_state_ratio=sum(two["fsdp"]["state"].values()) / sum(two["ddp"]["state"].values()),
-    ddp_sent_over_psi=two["ddp"]["comm"]["ring_bytes_sent"] / psi,
-    zero3_sent_over_psi=two["fsdp"]["comm"]["ring_bytes_sent"] / psi,
-    torch_zero1_sent_over_psi=two["zero1"]["comm"]["ring_bytes_sent"] / psi,
+    ddp_sent_over_param_bytes=two["ddp"]["comm"]["ring_bytes_sent"] / param_bytes,
+    zero3_sent_over_param_bytes=two["fsdp"]["comm"]["ring_bytes_sent"] / param_bytes,
+    torch_zero1_sent_over_param_bytes=two["zero1"]["comm"]["ring_bytes_sent"] / param_bytes,
+    fsdp_wire_over_reduce_scatter_as_all_reduce=(fsdp_wire or float("nan")) / as_all_reduce,
     fsdp_max_param_diff_vs_ddp=(two["fsdp"]["params"] - two["ddp"]["params"]).abs().max().item(),
     dcp_exact=all(c["exact"] for c in ckpt),
 )

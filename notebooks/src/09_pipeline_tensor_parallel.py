@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt
 
 from course_utils.distributed import launch
 from course_utils.distributed import pipeline as pp
+from course_utils.distributed.tensor_parallel import ColumnRowMLP
 from course_utils.experiments import pipeline_tensor_parallel as lesson
 from course_utils.exercises import check_close, check_equal
 from course_utils.plots import plot_timeline
@@ -110,9 +111,30 @@ show_table([{"schedule": name, "bubble (simulated)": t.bubble_fraction,
             for name, t in timelines.items()])
 
 # %% [markdown]
-# Zero bubble reaches its formula only when W may wait as long as it likes — which keeps every
-# micro-batch's activations alive, like GPipe. Capped at 1F1B's memory our greedy schedule still
-# beats 1F1B, but by less: the bubble is traded against memory, not removed for free.
+# How much memory does zero bubble need? The simulator holds a micro-batch's activations from its
+# F until its W (the weight gradient still needs the layer inputs), and its greedy zero-bubble
+# schedule takes a cap on how many micro-batches a device may hold. Sweep the cap on p = 4
+# stages and m = 16 micro-batches (more than 2p, so "all m", GPipe's memory, is a different
+# point from "about 2p"):
+
+# %%
+zb_m = 16
+caps = {"1F1B's peak (p)": p, "2p − 1": 2 * p - 1, "no cap (up to m)": None}
+zb = {name: pp.simulate("zero_bubble", p, zb_m, max_in_flight=cap) for name, cap in caps.items()}
+zb_formula = pp.zero_bubble_formula(p, zb_m)
+show_table([{"cap on held micro-batches": name, "bubble": t.bubble_fraction,
+             "(p−1)(F+B−W) formula": zb_formula, "1F1B bubble": pp.bubble_formula(p, zb_m),
+             "peak held (device 0)": t.peak_activations(0)} for name, t in zb.items()])
+
+# %% [markdown]
+# The formula (p−1)(F+B−W) idle per device is reached with about **twice** 1F1B's activations
+# (2p − 1 micro-batches on the first device), not with GPipe's m: letting W wait longer buys
+# nothing more. This is the trade the zero-bubble paper (Qi et al., 2023) names ZB-H2; at 1F1B's
+# peak (cap p), W still fills part of 1F1B's bubble, and the gain is smaller. (The paper's ZB-H1
+# reaches (p−1)(F+B−W) at 1F1B's peak because it counts memory differently: after B_input only
+# W's inputs are kept, not the whole activation. In this simulator a micro-batch counts fully
+# until its W, so the cap-p row is what its accounting allows. These are greedy schedules under a
+# memory cap, not the paper's hand-written H1/H2 orders.)
 
 # %% [markdown]
 # ## 4 · The evidence
@@ -148,13 +170,25 @@ assert t["zero_bubble"].bubble_fraction <= t["zero_bubble (1F1B memory)"].bubble
 assert [t["gpipe"].peak_activations(d) for d in range(p)] == [m] * p
 assert [t["1f1b"].peak_activations(d) for d in range(p)] == [p - d for d in range(p)]
 assert [t["zero_bubble (1F1B memory)"].peak_activations(d) for d in range(p)] == [p - d for d in range(p)]
+# Zero bubble's memory price (p = 4, m = 16): the formula needs about 2p held, no more, no less.
+assert abs(zb["2p − 1"].bubble_fraction - zb_formula) < 1e-12 and zb["2p − 1"].peak_activations(0) == 2 * p - 1
+assert abs(zb["no cap (up to m)"].bubble_fraction - zb_formula) < 1e-12          # more memory: no gain
+assert zb_formula < zb["1F1B's peak (p)"].bubble_fraction < pp.bubble_formula(p, zb_m)
+assert zb["1F1B's peak (p)"].peak_activations(0) == p
 
 # %% [markdown]
 # **The real thing.** `torch.distributed.pipelining` on two ranks: rank 0 holds the first half of
 # a deep MLP as a `PipelineStage`, rank 1 the second; `ScheduleGPipe` and `Schedule1F1B` run
 # m micro-batches and send activations (forward) and their gradients (backward) between ranks.
+# The worker builds each rank's `PipelineStage` and schedule; the tensor-parallel layer below it
+# is the whole of Megatron's MLP split (`copy_to_ranks` is f, `sum_from_ranks` is g).
 # Then the Megatron MLP on the same two ranks, with its all-reduces counted; and torch's own
 # DTensor version (`ColwiseParallel` then `RowwiseParallel`) as a cross-check.
+
+# %%
+import inspect
+print(inspect.getsource(lesson.pipeline_two_stages))
+print(inspect.getsource(ColumnRowMLP))
 
 # %%
 real = launch(lesson.suite, cfg.ranks, cfg.real, timeout=300)
@@ -186,7 +220,9 @@ assert abs(real[-1]["pipeline"]["gpipe"]["loss"] - real[-1]["pipeline"]["loss_un
 #   point-to-point transfer of activations; more micro-batches shrink the bubble but make each
 #   matrix product smaller and less efficient.
 # - Zero-bubble schedules remove idle time only if W can be deferred, which keeps activations
-#   alive longer: compare the peak-activation columns above.
+#   alive longer: about 2p micro-batches on the first stage instead of 1F1B's p (the cap table
+#   above). torch ships such schedules (`ScheduleInterleavedZeroBubble`, `ScheduleZBVZeroBubble`
+#   in `torch.distributed.pipelining`); this lesson runs GPipe and 1F1B for real, not those.
 # - Tensor parallel's two all-reduces per MLP (and two per attention block) sit on the critical
 #   path, with activations of size batch × sequence × hidden: fine inside one NVLink node, slow
 #   across nodes. That is why large runs combine them: TP inside a node, pipeline across nodes,

@@ -87,3 +87,12 @@ def test_gradient_caching_refuses_what_it_cannot_do():
         make_step(moco, torch.optim.SGD(moco.parameters(), lr=0.1), augment=_augment, chunks=2)
     with pytest.raises(ValueError, match="tile"):
         nt_xent_loss_tiled(torch.rand(4, 3), torch.rand(4, 3), 0.5, 0)
+
+
+def test_gradient_caching_on_two_ranks_with_gathered_negatives_equals_one_large_batch():
+    from course_utils.distributed import launch
+    from course_utils.experiments.gradient_cache import simclr_gradient_cache
+    results = launch(simclr_gradient_cache, 2, {"dtype": "float64", "chunks": 4}, backend="gloo")
+    for r in results:
+        assert r["grad_diff"] <= 1e-12 * r["grad_scale"], r
+        assert r["candidates_per_anchor"] == 63 and r["images_per_chunk"] == 4

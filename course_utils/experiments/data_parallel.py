@@ -27,7 +27,7 @@ from course_utils.distributed.data_parallel import (average_gradients,
                                                     nt_xent_local_with_global_negatives,
                                                     synced_batch_norm, wrap_ddp)
 from course_utils.distributed.launcher import worker_device
-from course_utils.experiments.toys import (flat_grads, flat_params, global_batch, make_mlp,
+from course_utils.experiments.toys import (flat_grads, flat_params, global_batch, make_mlp, noisy_views,
                                            settings, shard)
 from course_utils.objectives.simclr import nt_xent_loss
 from course_utils.optim import make_optimizer
@@ -262,10 +262,7 @@ def simclr_negatives(rank: int, world_size: int, cfg: dict | None = None) -> dic
     c = settings(cfg, DEFAULTS)
     device, dtype = worker_device(), getattr(torch, c.dtype)
     n, b = world_size, c.batch
-    x, _ = global_batch(0, b * n, c.in_dim, c.out_dim, c.seed, dtype, device)
-    g = torch.Generator().manual_seed(c.seed + 1)
-    view1 = x + 0.1 * torch.randn(x.shape, generator=g, dtype=dtype).to(device)
-    view2 = x + 0.1 * torch.randn(x.shape, generator=g, dtype=dtype).to(device)
+    view1, view2 = noisy_views(b * n, c.in_dim, c.out_dim, c.seed, dtype, device)
 
     def make():
         return make_mlp(c.in_dim, c.hidden, c.out_dim, seed=c.seed, dtype=dtype).to(device)

@@ -85,3 +85,11 @@ def flat_params(model: nn.Module) -> torch.Tensor:
 def flat_grads(model: nn.Module) -> torch.Tensor:
     """Every parameter's gradient, detached, as one vector."""
     return torch.cat([p.grad.detach().reshape(-1) for p in model.parameters()])
+
+
+def noisy_views(rows: int, in_dim: int, out_dim: int, seed: int, dtype=torch.float32, device="cpu"):
+    """Two "views" of step 0's global batch for the SimCLR workers: the inputs plus two draws of
+    noise (std 0.1), identical on every rank."""
+    x, _ = global_batch(0, rows, in_dim, out_dim, seed, dtype, device)
+    g = torch.Generator().manual_seed(seed + 1)
+    return tuple(x + 0.1 * torch.randn(x.shape, generator=g, dtype=dtype).to(device) for _ in range(2))

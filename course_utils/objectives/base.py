@@ -104,8 +104,11 @@ def make_step(model: Objective, optimizer: torch.optim.Optimizer, *, augment=Non
 
     def backward(micro) -> torch.Tensor:
         if chunks > 1:
-            return gradient_cache_backward(model, micro.images, augment=augment, generator=generator,
-                                           chunks=chunks, scale=scaler.scale if scaler else (lambda t: t))
+            if augment is None:
+                raise ValueError("gradient caching needs augment= to make two views of each image")
+            views = augment(micro.images, generator), augment(micro.images, generator)
+            return gradient_cache_backward(model, model.embed, *views, model.loss, chunks=chunks,
+                                           scale=scaler.scale if scaler else (lambda t: t))
         loss = model.training_loss(micro, augment=augment, generator=generator)["loss"] / accumulation
         (scaler.scale(loss) if scaler else loss).backward()
         return loss.detach()

@@ -23,34 +23,33 @@ from __future__ import annotations
 import torch
 
 
-def gradient_cache_backward(model, images: torch.Tensor, *, augment, generator=None, chunks: int,
-                            scale=lambda loss: loss) -> torch.Tensor:
-    """Back-propagate ``model``'s contrastive loss over the batch ``images`` (B×C×H×W) in
-    ``chunks`` pieces.
+def gradient_cache_backward(module, embed, view1: torch.Tensor, view2: torch.Tensor, loss_fn, *,
+                            chunks: int, scale=lambda loss: loss) -> torch.Tensor:
+    """Back-propagate ``loss_fn(embed(view1), embed(view2))`` over the whole batch with the encoder
+    run ``chunks`` pieces at a time; returns the detached loss.
 
-    ``model`` has ``embed(views) -> B×d`` and ``loss(z1, z2) -> scalar`` (``SimCLR``); ``scale``
-    wraps the loss before its backward (a GradScaler's ``scale``). Returns the detached loss.
+    module: the nn.Module whose buffers pass 1 must not move (BatchNorm running statistics);
+    embed: views B×... -> B×d; loss_fn(z1, z2) -> scalar (SimCLR's ``loss``, or the gathered-negatives
+    loss of data parallel: its backward then also carries the other ranks' gradients to these rows);
+    scale wraps the loss before its backward (a GradScaler's ``scale``).
     """
-    if augment is None:
-        raise ValueError("gradient caching needs augment= to make two views of each image")
-    if images.shape[0] % chunks:
-        raise ValueError(f"batch of {images.shape[0]} images is not divisible into {chunks} chunks; "
+    if view1.shape[0] % chunks:
+        raise ValueError(f"batch of {view1.shape[0]} images is not divisible into {chunks} chunks; "
                          "pick a batch size that is a multiple of chunks")
-    view1, view2 = augment(images, generator), augment(images, generator)
     pieces = [torch.cat(pair) for pair in zip(view1.chunk(chunks), view2.chunk(chunks))]
 
-    running = {name: buf.clone() for name, buf in model.named_buffers()}
+    running = {name: buf.clone() for name, buf in module.named_buffers()}
     with torch.no_grad():
-        cached = [model.embed(piece) for piece in pieces]           # pass 1: no graph
-    for name, buf in model.named_buffers():                          # undo pass 1's BN updates
+        cached = [embed(piece) for piece in pieces]                 # pass 1: no graph
+    for name, buf in module.named_buffers():                         # undo pass 1's BN updates
         buf.copy_(running[name])
 
     cached = [z.detach().requires_grad_() for z in cached]
     halves = [z.chunk(2) for z in cached]                            # (view 1, view 2) per chunk
     z1 = torch.cat([h[0] for h in halves])
     z2 = torch.cat([h[1] for h in halves])
-    loss = model.loss(z1, z2)                                        # pass 2: the loss's graph only
+    loss = loss_fn(z1, z2)                                           # pass 2: the loss's graph only
     scale(loss).backward()
     for piece, z in zip(pieces, cached):                             # pass 3: one chunk at a time
-        model.embed(piece).backward(z.grad)
+        embed(piece).backward(z.grad)
     return loss.detach()

@@ -153,6 +153,11 @@ sizes = {k: sum(t.numel() * t.element_size() for t in _tensors)
 show_table([{"entry": k, "tensor bytes": v} for k, v in sizes.items()]
            + [{"entry": "position", "tensor bytes": str(state["position"])}])
 
+# %%
+# NBVAL_CHECK_OUTPUT
+assert [ck_path.name for ck_path in manager.paths()] == [f"ckpt_{s:08d}.pt" for s in (half - every, half)]
+assert sizes["optimizer"] == 2 * sizes["model"]  # Adam: two fp32 moments per fp32 weight
+
 # %% [markdown]
 # The second arm isolates what `load_from` drops. It restores the same checkpoint — weights, data
 # position, RNG states — but leaves the optimizer and the schedule as a new run builds them
@@ -351,7 +356,9 @@ assert isinstance(naive_error, ck.CorruptCheckpointError) and "naive.pt" in str(
 # %% [markdown]
 # **Claim 5.** Early stopping on a validation metric: evaluate every few steps, stop when the
 # validation accuracy has not improved for `patience` evaluations, and keep the best weights.
-# A checkpoint of that best model is what you would fine-tune from (with `load_weights`).
+# Every evaluation counts, the one `EvalEvery` adds when training ends included (the last weights
+# can be the best), and the weights kept are the ones that were evaluated. A checkpoint of that
+# best model is what you would fine-tune from (with `load_weights`).
 
 # %%
 seed_everything(cfg.seed)
@@ -373,7 +380,8 @@ plt.show()
 # %%
 # NBVAL_CHECK_OUTPUT
 assert abs(final_acc - stopper.best) < 1e-9, "EarlyStopping must restore the best weights"
-assert final_acc == max(es_hist.series("val_acc", evals=True))
+assert final_acc == max(es_hist.series("val_acc", evals=True))  # the best of *every* evaluation
+assert es_hist.series("step", evals=True)[-1] == es_hist.last("step")  # ... the last one included
 
 # %% [markdown]
 # **Claim 6.** A distributed run resumes exactly too, after one of its ranks dies.

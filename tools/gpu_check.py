@@ -98,38 +98,46 @@ def check_workers(backend: str, deadline: float) -> list[dict]:
     return rows
 
 
-def _torchrun(nproc: int, script_args: list[str], extra=(), timeout=300) -> dict:
+def _start_torchrun(nproc: int, script_args: list[str], extra=()) -> tuple:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
            str(nproc), *extra, "-m", "course_utils.distributed.train", *script_args]
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"command": " ".join(cmd[3:]), "status": "failed", "error": f"timeout {timeout} s"}
-    lines = proc.stdout.strip().splitlines()
-    last = lines[-1] if lines else ""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    return proc, "torchrun " + " ".join(cmd[3:]), time.perf_counter()
+
+
+def _finish_torchrun(started, timeout=300) -> dict:
     from course_utils.distributed.train import HASH_PREFIX
+    proc, command, start = started
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"command": command, "status": "failed", "error": f"timeout {timeout} s"}
+    lines = out.strip().splitlines()
+    last = lines[-1] if lines else ""
     ok = proc.returncode == 0 and last.startswith(HASH_PREFIX)
-    return {"command": "torchrun " + " ".join(cmd[3:]), "status": "ok" if ok else "failed",
+    return {"command": command, "status": "ok" if ok else "failed",
             "seconds": round(time.perf_counter() - start, 2), "stdout": lines[-5:],
-            "sha256": last[len(HASH_PREFIX):] if ok else None,
-            **({} if ok else {"stderr": proc.stderr[-3000:]})}
+            "sha256": last[len(HASH_PREFIX):] if ok else None, **({} if ok else {"stderr": err[-3000:]})}
 
 
 def check_script(backend: str, nproc: int, steps: int) -> dict:
+    """Three runs at once: uninterrupted, rank 0 killed and the group restarted, FSDP2."""
     base = ["--steps", str(steps), "--backend", backend]
     every, crash = max(steps // 4, 1), max(steps - steps // 4 + 1, 2)
     with tempfile.TemporaryDirectory(prefix="gpu-check-train-") as tmp:
-        runs = {
-            "uninterrupted": _torchrun(nproc, base),
-            "killed_and_restarted": _torchrun(nproc, [*base, "--checkpoint-dir", f"{tmp}/a",
-                                                      "--checkpoint-every", str(every),
-                                                      "--crash-at-step", str(crash), "--crash-rank", "0"],
-                                              extra=["--max-restarts", "1"]),
-            "fsdp": _torchrun(nproc, [*base, "--strategy", "fsdp"]),
+        started = {
+            "uninterrupted": _start_torchrun(nproc, base),
+            "killed_and_restarted": _start_torchrun(
+                nproc, [*base, "--checkpoint-dir", f"{tmp}/a", "--checkpoint-every", str(every),
+                        "--crash-at-step", str(crash), "--crash-rank", "0"], extra=["--max-restarts", "1"]),
+            "fsdp": _start_torchrun(nproc, [*base, "--strategy", "fsdp"]),
         }
+        runs = {name: _finish_torchrun(s) for name, s in started.items()}
     hashes = {k: v.get("sha256") for k, v in runs.items()}
     resumed = any(line.startswith("resumed from step") for line in runs["killed_and_restarted"].get("stdout", []))
     equal = hashes["uninterrupted"] is not None and hashes["uninterrupted"] == hashes["killed_and_restarted"]

@@ -50,8 +50,10 @@ MEMORY_CASES = {"gpu": [(4, 256, 4, 1024, 256, 8), (8, 512, 8, 4096, 512, 8)],
 # --------------------------------------------------------------------------- discovery
 def discover_workers() -> list[dict]:
     """Every module-level function of course_utils.experiments.* whose first two parameters are
-    (rank, world_size): what ``launch`` runs. Extra required parameters named ``path`` get a
-    fresh folder; workers needing anything else are listed as skipped."""
+    (rank, world_size): what ``launch`` runs. Extra required parameters named ``path`` get one
+    folder per module, and a worker whose name says "save" runs before one that says "load"
+    (``dcp_save`` then ``dcp_load``); workers needing anything else are listed as skipped, and so
+    are those that declare ``fn.min_world_size > 1`` (a two-stage pipeline on one rank)."""
     import course_utils.experiments as pkg
     found = []
     for info in pkgutil.iter_modules(pkg.__path__):
@@ -65,8 +67,12 @@ def discover_workers() -> list[dict]:
             required = [p.name for p in params[2:] if p.default is inspect.Parameter.empty
                         and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
             found.append({"worker": f"{module.__name__}:{name}", "needs": required,
+                          "min_world_size": getattr(fn, "min_world_size", 1),
                           "runnable": all(r == "path" for r in required)})
-    return found
+    order = {"save": 0, "load": 2}
+    return sorted(found, key=lambda w: (w["worker"].split(":")[0],
+                                        next((v for k, v in order.items() if k in w["worker"].split(":")[1]), 1),
+                                        w["worker"]))
 
 
 def _resolve(spec: str):
@@ -77,15 +83,19 @@ def _resolve(spec: str):
 # --------------------------------------------------------------------------- sections
 def check_workers(backend: str, deadline: float) -> list[dict]:
     from course_utils.distributed import launch
-    rows = []
+    rows, folders = [], {}
     for w in discover_workers():
         row = dict(w)
         if not w["runnable"]:
             row.update(status="skipped", why=f"needs arguments {w['needs']}")
+        elif w["min_world_size"] > 1:
+            row.update(status="skipped", why=f"needs {w['min_world_size']} ranks (min_world_size)")
         elif time.monotonic() > deadline:
             row.update(status="skipped", why="time budget spent")
         else:
-            args = [tempfile.mkdtemp(prefix="gpu-check-") for _ in w["needs"]]
+            module = w["worker"].split(":")[0]
+            folder = folders.setdefault(module, tempfile.mkdtemp(prefix="gpu-check-"))
+            args = [folder for _ in w["needs"]]
             start = time.perf_counter()
             try:
                 result = launch(_resolve(w["worker"]), 1, *args, backend=backend, timeout=180)

@@ -37,11 +37,13 @@ def test_without_a_gpu_it_says_so_and_exits_2(tmp_path):
     assert "needs a CUDA GPU" in proc.stderr and "--dry-run" in proc.stderr
 
 
-def test_smoke_runs_the_script_section_on_cpu(tmp_path):
+def test_smoke_runs_a_worker_at_world_size_one_on_cpu(tmp_path):
+    # the script section's torchrun runs are what tests/test_distributed_train.py checks
     out = tmp_path / "smoke.json"
-    assert gpu_check.main(["--smoke", "--only", "script", "--out", str(out)]) == 0
-    script = json.loads(out.read_text())["results"]["script"]
-    assert script["resume_bitwise_equal"] and script["resumed"]
+    assert gpu_check.main(["--smoke", "--only", "workers", "--workers", "hello_all_reduce",
+                           "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["results"]["workers"]
+    assert [(r["worker"].split(":")[1], r["status"]) for r in rows] == [("hello_all_reduce", "ok")]
 
 
 def test_unknown_section_is_refused():

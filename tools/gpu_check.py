@@ -3,6 +3,7 @@ no network), with a JSON report.
 
     python tools/gpu_check.py                 # on a CUDA machine: all sections
     python tools/gpu_check.py --only script   # some sections: workers,script,memory,lessons,benchmark
+    python tools/gpu_check.py --workers sharding   # only the workers whose name contains this
     python tools/gpu_check.py --dry-run       # anywhere: list what would run, write the plan
     python tools/gpu_check.py --smoke         # on a CPU: the same code paths at toy size (gloo)
 
@@ -81,10 +82,12 @@ def _resolve(spec: str):
 
 
 # --------------------------------------------------------------------------- sections
-def check_workers(backend: str, deadline: float) -> list[dict]:
+def check_workers(backend: str, deadline: float, match: str = "") -> list[dict]:
     from course_utils.distributed import launch
     rows, folders = [], {}
     for w in discover_workers():
+        if match not in w["worker"]:
+            continue
         row = dict(w)
         if not w["runnable"]:
             row.update(status="skipped", why=f"needs arguments {w['needs']}")
@@ -287,6 +290,7 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
     p.add_argument("--dry-run", action="store_true", help="list the checks and write the plan; run nothing")
     p.add_argument("--smoke", action="store_true", help="run on the CPU at toy size (gloo, ci scale)")
+    p.add_argument("--workers", default="", help="only workers whose module:name contains this")
     p.add_argument("--budget", type=float, default=540, help="seconds before sections stop starting work")
     p.add_argument("--out", type=Path, default=ROOT / "build" / "gpu_check.json")
     args = p.parse_args(argv)
@@ -316,7 +320,7 @@ def main(argv=None) -> int:
     results, ok = {}, True
     start = time.perf_counter()
     if "workers" in sections:
-        results["workers"] = check_workers(backend, deadline)
+        results["workers"] = check_workers(backend, deadline, args.workers)
         ok &= all(r["status"] != "failed" for r in results["workers"])
     if "script" in sections:
         results["script"] = check_script(backend, 1, 12 if args.smoke else 40)

@@ -187,22 +187,33 @@ def capture_training_state(*, model: nn.Module, optimizer=None, scheduler=None, 
 
 def restore_training_state(state: dict, *, model: nn.Module, optimizer=None, scheduler=None,
                            scaler=None, data=None, caches: dict | None = None,
-                           callbacks: dict | None = None, restore_rng: bool = True):
+                           callbacks: dict | None = None, restore_rng: bool = True,
+                           skip: tuple = ()):
     """Resume: load every piece ``capture_training_state`` stored into the live objects and
     return a ``course_utils.train.TrainState`` to pass to ``fit(..., state=...)``.
 
     Anything the checkpoint has but you do not pass (an optimizer state with no optimizer, a
-    cache with no module) raises, because silently dropping it changes the run.
+    cache with no module) raises, because silently dropping it changes the run. To leave a piece
+    fresh on purpose, name it in ``skip`` (any of "optimizer", "scheduler", "scaler"): e.g.
+    ``skip=("optimizer", "scheduler")`` continues from the same weights, data position and RNG
+    with a new optimizer and schedule, which isolates what those two carry.
     """
     from .train import History, TrainState
     if not isinstance(state, dict) or state.get("kind") != "training_state":
         raise ValueError("state is not a training state; pass what load() returns for a file "
                          "written from capture_training_state(...)")
     _check_module("model", model)
+    skip = (skip,) if isinstance(skip, str) else tuple(skip)
+    unknown = set(skip) - {"optimizer", "scheduler", "scaler"}
+    if unknown:
+        raise ValueError(f"skip={sorted(unknown)} is not a piece that can be left fresh; pass any of "
+                         "'optimizer', 'scheduler', 'scaler'")
     model.load_state_dict(state["model"])
     for name, obj, saved in (("optimizer", optimizer, state["optimizer"]),
                              ("scheduler", scheduler, state["scheduler"]),
                              ("scaler", scaler, state["scaler"])):
+        if name in skip:
+            continue
         if saved is not None and obj is None:
             raise ValueError(f"the checkpoint holds {name} state but no {name} was passed; pass "
                              f"{name}=... to resume exactly, or use load_weights() for a new run")

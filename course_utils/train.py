@@ -62,6 +62,7 @@ class TrainState:
     history: History = field(default_factory=History)
     stop: bool = False
     stop_reason: str = ""
+    callbacks: list = field(default_factory=list, repr=False, compare=False)  # set by fit
 
     def position(self) -> dict:
         return {"step": self.step, "epoch": self.epoch, "batch_index": self.batch_index}
@@ -75,7 +76,13 @@ class Callback:
 
     def on_step_end(self, state: TrainState) -> None: ...
     def on_epoch_end(self, state: TrainState) -> None: ...
-    def on_train_end(self, state: TrainState) -> None: ...
+    def on_evaluation(self, state: TrainState, record: dict) -> None:
+        """An evaluation was just recorded (``record`` is in ``state.history.evals``), by
+        ``EvalEvery`` during a step or at the end of training, before the weights change again."""
+    def on_train_end(self, state: TrainState) -> None:
+        """Training stopped; last chance to add to the history (a final evaluation)."""
+    def on_fit_end(self, state: TrainState) -> None:
+        """After every callback's ``on_train_end``: the history is final (restore weights here)."""
 
     def state_dict(self) -> dict:
         return {k: copy.deepcopy(getattr(self, k)) for k in self._state_keys}
@@ -103,8 +110,11 @@ class EvalEvery(Callback):
         result = self.evaluate()
         if not isinstance(result, dict):
             raise TypeError("evaluate() must return a dict of metrics, e.g. {'probe_acc': 0.7}")
-        state.history.evals.append({"step": state.step, **{k: float(v) for k, v in result.items()}})
+        record = {"step": state.step, **{k: float(v) for k, v in result.items()}}
+        state.history.evals.append(record)
         self._last = state.step
+        for cb in state.callbacks:  # e.g. EarlyStopping: judge (and copy) these very weights
+            cb.on_evaluation(state, record)
 
     def on_step_end(self, state):
         if state.step % self.every == 0:
@@ -118,7 +128,11 @@ class EvalEvery(Callback):
 class EarlyStopping(Callback):
     """Stop when eval metric ``metric`` has not improved by ``min_delta`` for ``patience`` evals.
 
-    With ``model`` given, the best weights are kept and restored when training ends.
+    With ``model`` given, the best weights are kept and restored when training ends. Every
+    evaluation counts, the final one ``EvalEvery`` adds at the end of training included, and the
+    weights kept are the ones that were evaluated (``on_evaluation`` runs right after each
+    evaluation, whatever the order of the callbacks). Evaluations appended to the history by other
+    means are picked up after the step that added them.
     """
     _state_keys = ("best", "best_step", "best_state", "bad_evals", "_seen")
 
@@ -136,7 +150,8 @@ class EarlyStopping(Callback):
     def _improved(self, value):
         return value > self.best + self.min_delta if self.mode == "max" else value < self.best - self.min_delta
 
-    def on_step_end(self, state):
+    def _consume(self, state):
+        """Judge every evaluation not seen yet, in order."""
         evals = [e for e in state.history.evals if self.metric in e]
         for e in evals[self._seen:]:
             if self._improved(e[self.metric]):
@@ -146,12 +161,19 @@ class EarlyStopping(Callback):
             else:
                 self.bad_evals += 1
         self._seen = len(evals)
-        if self.bad_evals >= self.patience:
+        if self.bad_evals >= self.patience and not state.stop:
             state.stop = True
             state.stop_reason = (f"early stop: {self.metric} did not improve for {self.patience} "
                                  f"evaluations (best {self.best:.4g} at step {self.best_step})")
 
-    def on_train_end(self, state):
+    def on_evaluation(self, state, record):
+        self._consume(state)
+
+    def on_step_end(self, state):
+        self._consume(state)
+
+    def on_fit_end(self, state):
+        self._consume(state)  # the final evaluation too, before choosing the weights to keep
         if self.model is not None and self.best_state is not None:
             self.model.load_state_dict(self.best_state)
 
@@ -196,6 +218,7 @@ def fit(step_fn, batches, *, steps: int | None = None, epochs: int | None = None
         raise TypeError("step_fn must be a callable taking one batch")
     epoch_batches = batches if callable(batches) else (lambda _epoch: batches)
     state = state if state is not None else TrainState()
+    state.callbacks = list(callbacks)
 
     total = steps if steps is not None else None
     bar = tqdm(total=total, initial=state.step, desc=desc, disable=not progress, leave=False)
@@ -230,5 +253,7 @@ def fit(step_fn, batches, *, steps: int | None = None, epochs: int | None = None
         bar.close()
     for cb in callbacks:
         cb.on_train_end(state)
+    for cb in callbacks:
+        cb.on_fit_end(state)
     return state.history
 

@@ -180,6 +180,24 @@ def test_load_weights_starts_a_new_run(tmp_path):
         ck.restore_training_state(ck.load(tmp_path / "w.pt"), model=fresh)  # optimizer not passed
 
 
+def test_skip_keeps_a_fresh_optimizer_and_schedule_with_everything_else_restored(tmp_path):
+    seed_everything(0)
+    model, opt, sched, data, step = _run()
+    fit(step, data, steps=5, progress=False)
+    state = ck.capture_training_state(model=model, optimizer=opt, scheduler=sched, data=data)
+    seed_everything(123)
+    fresh, fresh_opt, fresh_sched, fresh_data, _ = _run(model_seed=7)
+    ts = ck.restore_training_state(state, model=fresh, optimizer=fresh_opt, scheduler=fresh_sched,
+                                   data=fresh_data, skip=("optimizer", "scheduler"))
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), fresh.parameters()))
+    assert torch.equal(torch.get_rng_state(), state["rng"]["torch"])
+    assert len(fresh_opt.state) == 0 and fresh_sched.last_epoch == 0   # left as built
+    assert ts.position() == {"step": 0, "epoch": 0, "batch_index": 0}  # no train_state captured
+    with pytest.raises(ValueError, match="skip"):
+        ck.restore_training_state(state, model=fresh, optimizer=fresh_opt, scheduler=fresh_sched,
+                                  skip=("model",))
+
+
 # --------------------------------------------------------------------------- caches are state
 class _MoCoToy(nn.Module):
     def __init__(self):

@@ -84,3 +84,42 @@ def test_early_stopping_state_round_trip():
     assert (b.best, b.best_step, b.bad_evals, b._seen) == (0.7, 8, 1, 4)
     with pytest.raises(ValueError, match="missing"):
         b.load_state_dict({})
+
+
+class Counter(torch.nn.Module):
+    """One weight that each step increases by 1: the weights say which step they belong to."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(()))
+
+    def step(self, batch):
+        with torch.no_grad():
+            self.w += 1
+        return 0.0
+
+
+def test_final_evaluation_at_train_end_counts_for_early_stopping():
+    # Evaluations at steps 4 and 8 during training, and at 10 when training ends; the metric
+    # rises, so the final evaluation is the best and its weights (w = 10) must be the ones kept.
+    m = Counter()
+    stopper = EarlyStopping("acc", patience=3, model=m)
+    hist = fit(m.step, [None], steps=10, progress=False,
+               callbacks=[EvalEvery(4, lambda: {"acc": m.w.item()}), stopper])
+    assert hist.series("step", evals=True) == [4, 8, 10]
+    assert (stopper.best, stopper.best_step) == (10.0, 10)
+    assert m.w.item() == 10.0
+
+
+@pytest.mark.parametrize("order", ["evaluator first", "stopper first"])
+def test_early_stopping_keeps_the_weights_that_were_evaluated(order):
+    # The metric peaks at w = 5 (evaluated at step 5); whatever the callbacks' order, the weights
+    # restored are those of step 5, not of the step after the evaluation.
+    m = Counter()
+    evaluator = EvalEvery(5, lambda: {"acc": -abs(m.w.item() - 5)}, at_end=False)
+    stopper = EarlyStopping("acc", patience=2, model=m)
+    callbacks = [evaluator, stopper] if order == "evaluator first" else [stopper, evaluator]
+    hist = fit(m.step, [None], steps=100, progress=False, callbacks=callbacks)
+    assert hist.series("step", evals=True) == [5, 10, 15]   # two evaluations without improvement
+    assert hist.last("step") == 15 and stopper.best_step == 5
+    assert m.w.item() == 5.0

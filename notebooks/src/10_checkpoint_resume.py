@@ -19,6 +19,9 @@ import os
 SCALE = os.environ.get("COURSE_SCALE", "default")
 
 # %%
+import inspect
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -27,7 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import course_utils
 from course_utils import checkpoint as ck
+from course_utils.distributed import train as train_script
 from course_utils.data import load_dataset
 from course_utils.exercises import check_equal
 from course_utils.models import MLP
@@ -40,11 +45,11 @@ from course_utils.train import CheckpointEvery, EarlyStopping, EvalEvery, fit
 cfg = config(
     SCALE,
     ci=dict(seed=0, steps=24, batch=32, hidden=32, lr=3e-3, moco_steps=12, queue=64,
-            es_steps=60, crash_mib=4),
+            es_steps=60, crash_mib=4, dist_steps=12, dist_every=4, dist_crash=10),
     default=dict(seed=0, steps=160, batch=32, hidden=128, lr=3e-3, moco_steps=100, queue=256,
-                 es_steps=800, crash_mib=64),
+                 es_steps=800, crash_mib=64, dist_steps=60, dist_every=20, dist_crash=50),
     gpu=dict(seed=0, steps=400, batch=64, hidden=256, lr=3e-3, moco_steps=200, queue=1024,
-             es_steps=1500, crash_mib=256),
+             es_steps=1500, crash_mib=256, dist_steps=60, dist_every=20, dist_crash=50),
 )
 device = setup(SCALE, seed=cfg.seed)
 train = load_dataset("digits", "train", device=device)
@@ -79,9 +84,10 @@ def make_run(model_seed=0, steps=cfg.steps):
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        lr = opt.param_groups[0]["lr"]      # the learning rate this update uses
         opt.step()
         sched.step()
-        return loss
+        return {"loss": loss, "lr": lr}
     return model, opt, sched, data, step
 
 
@@ -121,21 +127,24 @@ print(f"straight run: {cfg.steps} steps, final loss {straight.last('loss'):.4f},
 # %% [markdown]
 # ## 3 · Worked example: stop at half time, then resume
 #
-# Run the first half with a `CheckpointManager` (keeps the last 2 files) saving through the
-# training loop's `CheckpointEvery` callback; then build everything fresh — other initial weights,
-# scrambled RNGs, as a new process would — load the newest checkpoint and continue.
+# Run the first half with a `CheckpointManager` (keeps the last 2 files) saving every quarter of
+# it through the training loop's `CheckpointEvery` callback, so the newest file is the half-way
+# state; then build everything fresh — other initial weights, scrambled RNGs, as a new process
+# would — load the newest checkpoint and continue.
 
 # %%
 seed_everything(cfg.seed)
 model_a, opt_a, sched_a, data_a, step_a = make_run()
 manager = ck.CheckpointManager(workdir / "run", keep_last=2)
-every = max(half // 3, 1)
+every = half // 4
+assert every >= 1 and half % every == 0, "the interval must land on the half-way step"
 saver = CheckpointEvery(every, lambda st: manager.save(ck.capture_training_state(
     model=model_a, optimizer=opt_a, scheduler=sched_a, train_state=st, data=data_a), st.step))
 fit(step_a, data_a, steps=half, callbacks=[saver], desc="first half")
 print("kept:", [p.name for p in manager.paths()])
 
 state, path = manager.load_latest()
+assert state["position"]["step"] == half, "the newest checkpoint is the half-way state"
 sizes = {k: sum(t.numel() * t.element_size() for t in _tensors)
          for k, _tensors in [("model", list(state["model"].values())),
                              # Adam's moments; its per-tensor "step" counters are 4 bytes each
@@ -145,27 +154,58 @@ show_table([{"entry": k, "tensor bytes": v} for k, v in sizes.items()]
            + [{"entry": "position", "tensor bytes": str(state["position"])}])
 
 # %%
+# NBVAL_CHECK_OUTPUT
+assert [ck_path.name for ck_path in manager.paths()] == [f"ckpt_{s:08d}.pt" for s in (half - every, half)]
+assert sizes["optimizer"] == 2 * sizes["model"]  # Adam: two fp32 moments per fp32 weight
+
+# %% [markdown]
+# The second arm isolates what `load_from` drops. It restores the same checkpoint — weights, data
+# position, RNG states — but leaves the optimizer and the schedule as a new run builds them
+# (`skip=("optimizer", "scheduler")`): Adam with no moments, a cosine schedule over the remaining
+# steps starting at its peak. Both arms see the same batches and the same noise, so any difference
+# between them is the optimizer state and the schedule, nothing else.
+
+# %%
+def adam_moment_sum(opt):
+    """Sum of |first moment| over every weight: 0 for an Adam that has not stepped yet."""
+    return sum(s["exp_avg"].abs().sum().item() for s in opt.state.values() if "exp_avg" in s)
+
+
 seed_everything(12345)  # a new process: other RNG states ...
 model_b, opt_b, sched_b, data_b, step_b = make_run(model_seed=7)  # ... and other initial weights
 ts = ck.restore_training_state(state, model=model_b, optimizer=opt_b, scheduler=sched_b, data=data_b)
+moments_resumed = adam_moment_sum(opt_b)
 print("resuming at", ts.position())
 resumed = fit(step_b, data_b, steps=cfg.steps, state=ts, desc="resumed")
 
-# load_from instead: weights only, fresh optimizer and schedule, step 0
+# load_from's fresh optimizer and schedule; weights, data position and RNG from the checkpoint
 seed_everything(12345)
 model_w, opt_w, sched_w, data_w, step_w = make_run(model_seed=7, steps=cfg.steps - half)
-ck.load_weights(path, model_w)
-weights_only = fit(step_w, data_w, steps=cfg.steps - half, desc="weights only")
+ts_w = ck.restore_training_state(state, model=model_w, optimizer=opt_w, scheduler=sched_w,
+                                 data=data_w, skip=("optimizer", "scheduler"))
+moments_fresh = adam_moment_sum(opt_w)
+weights_only = fit(step_w, data_w, steps=cfg.steps, state=ts_w, desc="weights only")
 
-fig, ax = plt.subplots(figsize=(6, 3.5))
+lr_resumed, lr_fresh = resumed.series("lr")[half], weights_only.series("lr")[half]
+wo_gap = max(abs(a - b) for a, b in zip(weights_only.series("loss")[half:], straight.series("loss")[half:]))
+print(f"first update after loading, step {half + 1}: learning rate {lr_resumed:.2e} resumed, "
+      f"{lr_fresh:.2e} weights only (peak {cfg.lr:.0e}); Adam first moments sum "
+      f"{moments_resumed:.3g} resumed, {moments_fresh:.3g} weights only; "
+      f"largest loss gap of the weights-only arm: {wo_gap:.4f}")
+
+fig, (ax, ax_lr) = plt.subplots(1, 2, figsize=(10, 3.5))
 ax.plot(straight.series("step"), straight.series("loss"), label="straight", lw=3, alpha=0.4)
 ax.plot(resumed.series("step")[half:], resumed.series("loss")[half:], label="resumed (resume_from)", ls="--")
-ax.plot([s + half for s in weights_only.series("step")], weights_only.series("loss"),
-        label="weights only (load_from)", lw=1)
-ax.axvline(half, color="k", lw=0.5)
-ax.set_xlabel("step")
-ax.set_ylabel("training loss")
-ax.legend()
+ax.plot(weights_only.series("step")[half:], weights_only.series("loss")[half:],
+        label="fresh optimizer + schedule (load_from)", lw=1)
+ax_lr.plot(straight.series("step"), straight.series("lr"), label="straight", lw=3, alpha=0.4)
+ax_lr.plot(resumed.series("step")[half:], resumed.series("lr")[half:], label="resumed", ls="--")
+ax_lr.plot(weights_only.series("step")[half:], weights_only.series("lr")[half:], label="load_from", lw=1)
+for a, label in ((ax, "training loss"), (ax_lr, "learning rate")):
+    a.axvline(half, color="k", lw=0.5)
+    a.set_xlabel("step")
+    a.set_ylabel(label)
+    a.legend()
 plt.show()
 
 # %% [markdown]
@@ -183,12 +223,20 @@ for p, q in zip(model_s.parameters(), model_b.parameters()):
     assert torch.equal(p, q) if exact else torch.allclose(p, q, atol=1e-6)
 
 # %% [markdown]
-# **Claim 2.** Loading only the weights is a different run: Adam restarts from zero moments and
-# the cosine schedule restarts at its peak learning rate.
+# **Claim 2.** Loading only the weights is a different run, because of two mechanisms: Adam
+# restarts from zero moments and the cosine schedule restarts at its peak learning rate. The
+# evidence checks each mechanism, then that the two arms agree until the first update and part
+# after it.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-assert weights_only.series("loss") != straight.series("loss")[half:]
+assert moments_resumed > 0 and moments_fresh == 0   # Adam's moments: kept / none before the first update
+assert lr_resumed == straight.series("lr")[half]                # the schedule continues ...
+assert abs(lr_resumed - cfg.lr / 2) < 1e-9 * cfg.lr             # ... half-way down the cosine
+assert lr_fresh == cfg.lr                                       # ... or restarts at its peak
+# same weights, batch and noise: the first loss after loading agrees; the update then differs
+assert weights_only.series("loss")[half] == straight.series("loss")[half] or not exact
+assert wo_gap > 1e-4, "a fresh optimizer and schedule must change the losses that follow"
 assert any(not torch.equal(p, q) for p, q in zip(model_s.parameters(), model_w.parameters()))
 
 # %% [markdown]
@@ -308,7 +356,9 @@ assert isinstance(naive_error, ck.CorruptCheckpointError) and "naive.pt" in str(
 # %% [markdown]
 # **Claim 5.** Early stopping on a validation metric: evaluate every few steps, stop when the
 # validation accuracy has not improved for `patience` evaluations, and keep the best weights.
-# A checkpoint of that best model is what you would fine-tune from (with `load_weights`).
+# Every evaluation counts, the one `EvalEvery` adds when training ends included (the last weights
+# can be the best), and the weights kept are the ones that were evaluated. A checkpoint of that
+# best model is what you would fine-tune from (with `load_weights`).
 
 # %%
 seed_everything(cfg.seed)
@@ -330,13 +380,77 @@ plt.show()
 # %%
 # NBVAL_CHECK_OUTPUT
 assert abs(final_acc - stopper.best) < 1e-9, "EarlyStopping must restore the best weights"
-assert final_acc == max(es_hist.series("val_acc", evals=True))
+assert final_acc == max(es_hist.series("val_acc", evals=True))  # the best of *every* evaluation
+assert es_hist.series("step", evals=True)[-1] == es_hist.last("step")  # ... the last one included
+
+# %% [markdown]
+# **Claim 6.** A distributed run resumes exactly too, after one of its ranks dies.
+# `course_utils.distributed.train` is a complete training script for `torchrun` (DDP or FSDP2 by
+# `--strategy`; gloo on CPUs, NCCL on GPUs; a `DistributedSampler` with `set_epoch`). Every
+# `--checkpoint-every` steps, each rank writes its part of the model and AdamW state with
+# `torch.distributed.checkpoint` and its own RNG state, schedule and data position to
+# `rank{r}.pt`; the folder becomes the newest checkpoint only once every rank has written:
+
+# %%
+print(inspect.getsource(train_script.save_checkpoint))
+print(inspect.getsource(train_script.load_checkpoint))
+
+# %% [markdown]
+# Two runs start at once: one uninterrupted, and one in which a rank kills itself (SIGKILL, no
+# clean-up) before a chosen step. `torchrun --max-restarts 1` sees the dead worker, stops the
+# others and starts the whole group again; each rank loads the newest checkpoint and continues.
+# The last line each run prints is the sha256 of its final parameters.
+
+# %%
+RANKS = 2
+script = ["-m", "course_utils.distributed.train", "--steps", str(cfg.dist_steps)]
+commands = {
+    "uninterrupted": ["--standalone", "--nproc_per_node", str(RANKS), *script],
+    "killed and restarted": ["--standalone", "--nproc_per_node", str(RANKS), "--max-restarts", "1",
+                             *script, "--checkpoint-dir", str(workdir / "dist"),
+                             "--checkpoint-every", str(cfg.dist_every),
+                             "--crash-at-step", str(cfg.dist_crash), "--crash-rank", "1"],
+}
+env = {**os.environ, "OMP_NUM_THREADS": "1",  # torchrun's workers must import this kit
+       "PYTHONPATH": os.pathsep.join([str(Path(course_utils.__file__).parents[1]),
+                                      os.environ.get("PYTHONPATH", "")])}
+running = {name: subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *args], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for name, args in commands.items()}  # `python -m torch.distributed.run` is torchrun
+printed, hashes = {}, {}
+for name, proc in running.items():
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, f"{name} failed:\n{out}\n{err[-3000:]}"
+    printed[name] = out.strip().splitlines()
+    hashes[name] = printed[name][-1].removeprefix(train_script.HASH_PREFIX)
+    agent_saw = [line.split("]", 1)[-1].split(" of binary")[0].strip() for line in err.splitlines() if "exitcode" in line]
+    print(f"$ torchrun {' '.join(commands[name])}")
+    print("\n".join(printed[name] + [f"(torchrun: {line})" for line in agent_saw]), end="\n\n")
+dist_resumed_from = int(next(line for line in printed["killed and restarted"]
+                             if line.startswith(train_script.RESUME_PREFIX)).split()[-1])
+print(f"killed before step {cfg.dist_crash}, resumed from step {dist_resumed_from}; final hashes "
+      f"{'equal' if len(set(hashes.values())) == 1 else 'DIFFERENT'}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert f"rank 1: killing myself before step {cfg.dist_crash}" in printed["killed and restarted"]
+# the newest checkpoint before the crash: the last multiple of the interval below it
+assert dist_resumed_from == (cfg.dist_crash - 1) // cfg.dist_every * cfg.dist_every
+assert all(len(h) == 64 for h in hashes.values())
+assert hashes["killed and restarted"] == hashes["uninterrupted"], "the resumed run must end bit for bit equal"
 
 # %% [markdown]
 # ## 5 · The boundary
 #
 # - **Bitwise** resume needs the same code, library versions, device and thread count; on GPUs
 #   some kernels are non-deterministic, so expect agreement to ~1e-6, not bit for bit.
+# - The distributed run above is gloo on the CPUs of one machine. The kit's tests also run it as
+#   two torchrun agents rendezvousing over TCP (two "nodes" on one machine) and get the same hash
+#   as one agent with both processes. Across real machines the checkpoint folder must be on a file
+#   system every node shares; the script's resume needs the same number of ranks (each rank's RNG
+#   and data position are its own), although DCP itself can load model and optimizer shards into
+#   another number of ranks (lesson 08). On GPUs the script asks torch for deterministic
+#   algorithms; whether NCCL runs end bit for bit equal is for a GPU to show.
 # - The checkpoint covers what you hand it. A cache you forget (a queue, an EMA teacher, a memory
 #   bank), a data loader with worker processes holding their own RNG, or a callback you leave out
 #   of `callbacks={...}` (an early stopper's best weights) are lost — the MoCo example shows the
@@ -434,4 +548,6 @@ headline(
     killed_save_old_checkpoint_loads=float(survivor is not None),
     early_stop_step=es_hist.last("step"),
     early_stop_best_val_acc=stopper.best,
+    distributed_resumed_from_step=dist_resumed_from,
+    distributed_resume_hash_equal=float(hashes["killed and restarted"] == hashes["uninterrupted"]),
 )

@@ -1,0 +1,351 @@
+"""Everything in the kit that only a GPU can check, in one command (under 10 minutes on one GPU,
+no network), with a JSON report.
+
+    python tools/gpu_check.py                 # on a CUDA machine: all sections
+    python tools/gpu_check.py --only script   # some sections: workers,script,memory,lessons,benchmark
+    python tools/gpu_check.py --workers sharding   # only the workers whose name contains this
+    python tools/gpu_check.py --dry-run       # anywhere: list what would run, write the plan
+    python tools/gpu_check.py --smoke         # on a CPU: the same code paths at toy size (gloo)
+
+Sections:
+- ``workers``:   every distributed worker in ``course_utils.experiments`` (found by signature:
+                 module-level ``fn(rank, world_size, ...)``), launched with NCCL at world size 1.
+- ``script``:    ``torchrun -m course_utils.distributed.train`` on the GPU (NCCL): uninterrupted,
+                 killed and restarted (``--max-restarts 1``), and FSDP2; the hashes are compared.
+- ``memory``:    ``course_utils.memory.transformer_memory`` against a TinyGPT training step's
+                 ``torch.cuda.max_memory_allocated`` (and the ledger's activation bytes).
+- ``lessons``:   lessons 06-10 at gpu scale (papermill), with their headline figures.
+- ``benchmark``: the gpu preset (benchmarks/gpu_simclr_cifar10.py) for a few epochs with the
+                 embedded "shapes" data standing in for CIFAR-10 (the machine cannot download).
+
+Exit code: 0 when every check passed, 1 when one failed, 2 when there is no GPU (without
+--dry-run/--smoke). Sections stop starting new work once the time budget (--budget) is spent.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SECTIONS = ("workers", "script", "memory", "lessons", "benchmark")
+LESSONS = ("06", "07", "08", "09", "10")
+# (layers, hidden, heads, vocab, seq, batch): TinyGPT shapes for the memory check
+MEMORY_CASES = {"gpu": [(4, 256, 4, 1024, 256, 8), (8, 512, 8, 4096, 512, 8)],
+                "smoke": [(2, 32, 2, 64, 16, 2)]}
+
+
+# --------------------------------------------------------------------------- discovery
+def discover_workers() -> list[dict]:
+    """Every module-level function of course_utils.experiments.* whose first two parameters are
+    (rank, world_size): what ``launch`` runs. Extra required parameters named ``path`` get one
+    folder per module, and a worker whose name says "save" runs before one that says "load"
+    (``dcp_save`` then ``dcp_load``); workers needing anything else are listed as skipped, and so
+    are those that declare ``fn.min_world_size > 1`` (a two-stage pipeline on one rank)."""
+    import course_utils.experiments as pkg
+    found = []
+    for info in pkgutil.iter_modules(pkg.__path__):
+        module = importlib.import_module(f"{pkg.__name__}.{info.name}")
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            if fn.__module__ != module.__name__ or name.startswith("_"):
+                continue
+            params = list(inspect.signature(fn).parameters.values())
+            if [p.name for p in params[:2]] != ["rank", "world_size"]:
+                continue
+            required = [p.name for p in params[2:] if p.default is inspect.Parameter.empty
+                        and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            found.append({"worker": f"{module.__name__}:{name}", "needs": required,
+                          "min_world_size": getattr(fn, "min_world_size", 1),
+                          "runnable": all(r == "path" for r in required)})
+    order = {"save": 0, "load": 2}
+    return sorted(found, key=lambda w: (w["worker"].split(":")[0],
+                                        next((v for k, v in order.items() if k in w["worker"].split(":")[1]), 1),
+                                        w["worker"]))
+
+
+def _resolve(spec: str):
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+# --------------------------------------------------------------------------- sections
+def check_workers(backend: str, deadline: float, match: str = "") -> list[dict]:
+    from course_utils.distributed import launch
+    rows, folders = [], {}
+    for w in discover_workers():
+        if match not in w["worker"]:
+            continue
+        row = dict(w)
+        if not w["runnable"]:
+            row.update(status="skipped", why=f"needs arguments {w['needs']}")
+        elif w["min_world_size"] > 1:
+            row.update(status="skipped", why=f"needs {w['min_world_size']} ranks (min_world_size)")
+        elif time.monotonic() > deadline:
+            row.update(status="skipped", why="time budget spent")
+        else:
+            module = w["worker"].split(":")[0]
+            folder = folders.setdefault(module, tempfile.mkdtemp(prefix="gpu-check-"))
+            args = [folder for _ in w["needs"]]
+            start = time.perf_counter()
+            try:
+                result = launch(_resolve(w["worker"]), 1, *args, backend=backend, timeout=180)
+                row.update(status="ok", summary=_summarise(result[0]))
+            except Exception as err:  # noqa: BLE001 - record and go on
+                row.update(status="failed", error=_tail(err))
+            row["seconds"] = round(time.perf_counter() - start, 2)
+        rows.append(row)
+        print(f"  worker {row['worker']}: {row['status']}", flush=True)
+    return rows
+
+
+def _start_torchrun(nproc: int, script_args: list[str], extra=()) -> tuple:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           str(nproc), *extra, "-m", "course_utils.distributed.train", *script_args]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    return proc, "torchrun " + " ".join(cmd[3:]), time.perf_counter()
+
+
+def _finish_torchrun(started, timeout=300) -> dict:
+    from course_utils.distributed.train import HASH_PREFIX
+    proc, command, start = started
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"command": command, "status": "failed", "error": f"timeout {timeout} s"}
+    lines = out.strip().splitlines()
+    last = lines[-1] if lines else ""
+    ok = proc.returncode == 0 and last.startswith(HASH_PREFIX)
+    return {"command": command, "status": "ok" if ok else "failed",
+            "seconds": round(time.perf_counter() - start, 2), "stdout": lines[-5:],
+            "sha256": last[len(HASH_PREFIX):] if ok else None, **({} if ok else {"stderr": err[-3000:]})}
+
+
+def check_script(backend: str, nproc: int, steps: int) -> dict:
+    """Three runs at once: uninterrupted, rank 0 killed and the group restarted, FSDP2."""
+    base = ["--steps", str(steps), "--backend", backend]
+    every, crash = max(steps // 4, 1), max(steps - steps // 4 + 1, 2)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-train-") as tmp:
+        started = {
+            "uninterrupted": _start_torchrun(nproc, base),
+            "killed_and_restarted": _start_torchrun(
+                nproc, [*base, "--checkpoint-dir", f"{tmp}/a", "--checkpoint-every", str(every),
+                        "--crash-at-step", str(crash), "--crash-rank", "0"], extra=["--max-restarts", "1"]),
+            "fsdp": _start_torchrun(nproc, [*base, "--strategy", "fsdp"]),
+        }
+        runs = {name: _finish_torchrun(s) for name, s in started.items()}
+    hashes = {k: v.get("sha256") for k, v in runs.items()}
+    resumed = any(line.startswith("resumed from step") for line in runs["killed_and_restarted"].get("stdout", []))
+    equal = hashes["uninterrupted"] is not None and hashes["uninterrupted"] == hashes["killed_and_restarted"]
+    print(f"  script: resume bitwise equal: {equal}", flush=True)
+    return {"runs": runs, "resumed": resumed, "resume_bitwise_equal": equal,
+            "status": "ok" if equal and resumed and runs["fsdp"]["status"] == "ok" else "failed"}
+
+
+def check_memory(device: str, cases) -> list[dict]:
+    import torch
+
+    from course_utils.ledger.training_memory import measure_tinygpt
+    from course_utils.memory import transformer_memory
+    rows = []
+    for layers, hidden, heads, vocab, seq, batch in cases:
+        for recompute in ("none", "full"):
+            for autocast in (False, True):
+                row = {"shape": dict(layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq=seq,
+                                     batch=batch), "recompute": recompute, "bf16_autocast": autocast}
+                try:
+                    if device == "cuda":
+                        torch.cuda.empty_cache()
+                        torch.cuda.reset_peak_memory_stats()
+                    record, model = measure_tinygpt(layers, hidden, heads, vocab, seq, batch,
+                                                    recompute=recompute, autocast=autocast,
+                                                    device=device, steps=2)
+                    peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
+                    predicted = transformer_memory(layers, hidden, heads, vocab, seq, batch,
+                                                   precision="bf16-mixed" if autocast else "fp32",
+                                                   recompute=recompute)
+                    resident = predicted["params"] + predicted["grads"] + predicted["optimizer"]
+                    stored = resident + predicted["activations"]
+                    row.update(predicted=predicted, measured_activation_bytes=record.activation_bytes,
+                               activation_ratio=record.activation_bytes / predicted["activations"],
+                               max_memory_allocated=peak, ledger_peak_bytes=record.peak_bytes,
+                               peak_over_predicted_total=None if peak is None else peak / predicted["total"],
+                               peak_over_predicted_stored=None if peak is None else peak / stored)
+                    # what lesson 06 claims: the peak holds at least the stored bytes it predicts
+                    # (fp32 only: autocast's extra bf16 copies are lesson 06's own question)
+                    if autocast:
+                        row["status"] = "reported"
+                    else:
+                        close = 0.95 <= row["activation_ratio"] <= 1.05
+                        holds = peak is None or peak >= stored
+                        row["status"] = "ok" if close and holds else "failed"
+                    del model
+                except Exception as err:  # noqa: BLE001
+                    row.update(status="failed", error=_tail(err))
+                rows.append(row)
+                print(f"  memory {row['shape']} {recompute} autocast={autocast}: {row['status']}", flush=True)
+    return rows
+
+
+def check_lessons(scale: str, out_dir: Path, deadline: float, lessons=LESSONS) -> list[dict]:
+    import papermill as pm
+    rows = []
+    for prefix in lessons:
+        nb = next((ROOT / "notebooks").glob(f"{prefix}_*.ipynb"))
+        row = {"lesson": nb.stem, "scale": scale}
+        if time.monotonic() > deadline:
+            row.update(status="skipped", why="time budget spent")
+            rows.append(row)
+            continue
+        headline_file = out_dir / "headlines" / f"{nb.stem}.json"
+        headline_file.parent.mkdir(parents=True, exist_ok=True)
+        headline_file.unlink(missing_ok=True)
+        os.environ["COURSE_HEADLINE_FILE"] = str(headline_file)
+        start = time.perf_counter()
+        try:
+            pm.execute_notebook(str(nb), str(out_dir / nb.name), parameters={"SCALE": scale},
+                                cwd=str(nb.parent), kernel_name="python3", progress_bar=False,
+                                execution_timeout=max(int(deadline - time.monotonic()), 30))
+            row["status"] = "ok"
+        except Exception as err:  # noqa: BLE001
+            row.update(status="failed", error=_tail(err))
+        row["seconds"] = round(time.perf_counter() - start, 1)
+        if headline_file.exists():
+            row["headline"] = json.loads(headline_file.read_text())
+        rows.append(row)
+        print(f"  lesson {nb.stem}: {row['status']} ({row['seconds']} s)", flush=True)
+    return rows
+
+
+def check_benchmark(device_name: str, epochs: int, minutes: float, smoke: bool) -> dict:
+    import torch
+    spec = importlib.util.spec_from_file_location("gpu_simclr_cifar10", ROOT / "benchmarks" / "gpu_simclr_cifar10.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cfg = dict(bench.SMOKE if smoke else bench.FULL, dataset="shapes", epochs=epochs, minutes=minutes,
+               eval_every_epochs=max(epochs, 1))
+    start = time.perf_counter()
+    try:
+        result = bench.run(cfg, torch.device(device_name))
+        out = {"status": "ok", "stand_in": "shapes (embedded) for cifar10",
+               **{k: v for k, v in result.items() if k not in ("config",)}, "config": cfg}
+    except Exception as err:  # noqa: BLE001
+        out = {"status": "failed", "error": _tail(err), "config": cfg}
+    out["seconds"] = round(time.perf_counter() - start, 1)
+    print(f"  benchmark: {out['status']}", flush=True)
+    return out
+
+
+# --------------------------------------------------------------------------- helpers
+def _tail(err: BaseException, n: int = 2500) -> str:
+    return "".join(traceback.format_exception(err))[-n:]
+
+
+def _summarise(value, depth: int = 0):
+    """A JSON-able sketch of a worker's result: numbers and strings kept, tensors by shape."""
+    import torch
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 else f"tensor{tuple(value.shape)}"
+    if depth > 3:
+        return type(value).__name__
+    if isinstance(value, dict):
+        return {str(k): _summarise(v, depth + 1) for k, v in list(value.items())[:30]}
+    if isinstance(value, (list, tuple)):
+        return [_summarise(v, depth + 1) for v in value[:10]]
+    return type(value).__name__
+
+
+def plan(args) -> dict:
+    workers = discover_workers()
+    return {"workers": workers,
+            "script": "torchrun --standalone --nproc_per_node N -m course_utils.distributed.train: "
+                      "uninterrupted, killed and restarted (--max-restarts 1), --strategy fsdp",
+            "memory": MEMORY_CASES["smoke" if args.smoke else "gpu"],
+            "lessons": [f"{p} at scale {'ci' if args.smoke else 'gpu'}" for p in LESSONS],
+            "benchmark": "benchmarks/gpu_simclr_cifar10.py run() with dataset='shapes'"}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
+    p.add_argument("--dry-run", action="store_true", help="list the checks and write the plan; run nothing")
+    p.add_argument("--smoke", action="store_true", help="run on the CPU at toy size (gloo, ci scale)")
+    p.add_argument("--workers", default="", help="only workers whose module:name contains this")
+    p.add_argument("--budget", type=float, default=540, help="seconds before sections stop starting work")
+    p.add_argument("--out", type=Path, default=ROOT / "build" / "gpu_check.json")
+    args = p.parse_args(argv)
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        p.error(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+
+    import torch
+    report = {"started": datetime.datetime.now().isoformat(timespec="seconds"),
+              "torch": torch.__version__, "sections": sections,
+              "mode": "dry-run" if args.dry_run else "smoke" if args.smoke else "gpu"}
+    if args.dry_run:
+        report["plan"] = plan(args)
+        return _write(report, args.out, ok=True)
+    if not args.smoke and not torch.cuda.is_available():
+        print("gpu_check needs a CUDA GPU and torch sees none (torch.cuda.is_available() is False). "
+              "Run it on the GPU machine; here, `--dry-run` lists the checks and `--smoke` runs "
+              "their code paths on the CPU at toy size.", file=sys.stderr)
+        return 2
+    device = "cpu" if args.smoke else "cuda"
+    backend = "gloo" if args.smoke else "nccl"
+    report["device"] = "cpu" if args.smoke else torch.cuda.get_device_name(0)
+    deadline = time.monotonic() + args.budget
+    out_dir = args.out.parent / "gpu_check"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results, ok = {}, True
+    start = time.perf_counter()
+    if "workers" in sections:
+        results["workers"] = check_workers(backend, deadline, args.workers)
+        ok &= all(r["status"] != "failed" for r in results["workers"])
+    if "script" in sections:
+        results["script"] = check_script(backend, 1, 12 if args.smoke else 40)
+        ok &= results["script"]["status"] == "ok"
+    if "memory" in sections:
+        results["memory"] = check_memory(device, MEMORY_CASES["smoke" if args.smoke else "gpu"])
+        ok &= all(r["status"] != "failed" for r in results["memory"])
+    if "lessons" in sections:
+        results["lessons"] = check_lessons("ci" if args.smoke else "gpu", out_dir, deadline)
+        ok &= all(r["status"] != "failed" for r in results["lessons"])
+    if "benchmark" in sections:
+        results["benchmark"] = check_benchmark(device, 1 if args.smoke else 3,
+                                               1.0 if args.smoke else 2.0, args.smoke)
+        ok &= results["benchmark"]["status"] == "ok"
+    report.update(results=results, seconds=round(time.perf_counter() - start, 1))
+    return _write(report, args.out, ok=ok)
+
+
+def _write(report: dict, out: Path, ok: bool) -> int:
+    report["ok"] = bool(ok)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, default=str))
+    print(f"gpu_check: {'all checks passed' if ok else 'SOME CHECKS FAILED'}; report in {out}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -24,16 +24,15 @@ import contextlib
 import multiprocessing as mp
 import os
 import pickle
-import random
 import re
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
 from .files import save_atomically
+from .runtime import rng_state, set_rng_state
 
 
 class CheckpointError(RuntimeError):
@@ -106,32 +105,6 @@ def load(path, *, map_location="cpu", verify: bool = True) -> dict:
     if not isinstance(state, dict):
         raise CorruptCheckpointError(advice.format(why=f"top level is a {type(state).__name__}, not a dict"))
     return state
-
-
-# --------------------------------------------------------------------------- RNG states
-def rng_state() -> dict:
-    """Python, NumPy (legacy global), torch CPU and (if present) every CUDA device's RNG."""
-    py_version, py_internal, py_gauss = random.getstate()
-    bitgen, key, pos, has_gauss, cached = np.random.get_state()
-    return {
-        "python": {"version": py_version, "internal": list(py_internal), "gauss_next": py_gauss},
-        "numpy": {"bit_generator": bitgen, "key": torch.from_numpy(key.astype(np.int64)),
-                  "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state: dict) -> None:
-    """Inverse of ``rng_state``. CUDA states are restored only when CUDA is present."""
-    py = state["python"]
-    random.setstate((py["version"], tuple(py["internal"]), py["gauss_next"]))
-    npy = state["numpy"]
-    np.random.set_state((npy["bit_generator"], npy["key"].numpy().astype(np.uint32), npy["pos"],
-                         npy["has_gauss"], npy["cached_gaussian"]))
-    torch.set_rng_state(state["torch"])
-    if torch.cuda.is_available() and state["cuda"]:
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 # --------------------------------------------------------------------------- training state

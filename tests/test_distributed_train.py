@@ -111,7 +111,7 @@ def test_resume_restores_every_piece(tmp_path):
     rank_file = saved / "rank0.pt"
     original = ck.load(rank_file)
     broken = {
-        "rng": {**original, "rng": {"cpu": torch.manual_seed(123).get_state()}},
+        "rng": {**original, "rng": {**original["rng"], "torch": torch.manual_seed(123).get_state()}},
         "position": {**original, "position": {**original["position"], "batch_index": 0}},
         "schedule": {**original, "schedule": {**original["schedule"], "last_epoch": 0}},
     }

@@ -9,6 +9,8 @@
 - ``tensor_parallel`` Megatron column-then-row MLP
 - ``torchrun_entry``  any worker under ``torchrun --nproc_per_node N`` (one backend per node)
 - ``device_check``    ``placement_checked``: a worker run with host/device placement simulated on CPU
+- ``train``           the complete training script: ``torchrun --nproc_per_node N -m
+                      course_utils.distributed.train`` (DDP or FSDP2, resumes, ``params sha256:``)
 
 The workers the lessons launch are in ``course_utils.experiments`` (one module per lesson).
 """

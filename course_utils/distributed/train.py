@@ -54,6 +54,8 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from course_utils.runtime import rng_state, set_rng_state
+
 try:  # torch >= 2.6 public path; 2.4-2.5 kept FSDP2 under _composable
     from torch.distributed.fsdp import fully_shard
 except ImportError:  # pragma: no cover - older torch
@@ -174,19 +176,6 @@ def build(args, device, world_size: int):
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.steps)
     return model, module, optimizer, schedule
-
-
-def rng_state(device) -> dict:
-    state = {"cpu": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def set_rng_state(state: dict, device) -> None:
-    torch.set_rng_state(state["cpu"])
-    if device.type == "cuda":
-        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 # --------------------------------------------------------------------------- 5. checkpoints

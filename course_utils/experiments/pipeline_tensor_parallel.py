@@ -29,6 +29,9 @@ def pipeline_two_stages(rank: int, world_size: int, cfg: dict | None = None) -> 
     """Train one step with GPipe and with 1F1B (torch.distributed.pipelining) on world_size stages;
     return each stage's gradients and their max difference from the unsplit model's."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    if world_size < 2:
+        raise ValueError(f"a pipeline needs at least 2 stages (ranks), got world_size={world_size}; "
+                         "launch it with 2 or more ranks")
     c = settings(cfg, PIPELINE_DEFAULTS)
     device = worker_device()
     x, y = random_pair(c.batch, c.width, c.width, c.seed, device=device)
@@ -113,8 +116,14 @@ def _dtensor_version(full, x, world_size, seed, device):
         return (y - full(x)).abs().max().item()
 
 
+pipeline_two_stages.min_world_size = 2      # tools/gpu_check.py skips it on one GPU
+
+
 def suite(rank: int, world_size: int, cfg: dict | None = None) -> dict:
     """Lesson 09's real runs in one launch: the 2-stage pipeline and the tensor-parallel MLP."""
     cfg = cfg or {}
     return {"pipeline": pipeline_two_stages(rank, world_size, cfg.get("pipeline")),
             "tensor_parallel": tensor_parallel_mlp(rank, world_size, cfg.get("tensor_parallel"))}
+
+
+suite.min_world_size = 2

@@ -117,7 +117,7 @@ def interpolate_masked(images: torch.Tensor, mask: torch.Tensor, patch_size: int
     ys, xs = torch.meshgrid(torch.arange(h, device=images.device, dtype=images.dtype),
                             torch.arange(w, device=images.device, dtype=images.dtype), indexing="ij")
     coords = torch.stack([ys.flatten(), xs.flatten()], dim=1)         # HW×2
-    dist = torch.cdist(coords, coords)                                # HW×HW
+    dist = torch.cdist(coords, coords, compute_mode="donot_use_mm_for_euclid_dist")   # HW×HW, exact
     visible = (~removed).to(images.dtype).unsqueeze(1)                # B×1×HW (source j)
     if method == "nearest":
         far = dist.max() + 1

@@ -5,9 +5,9 @@
 #
 # *Needing to predict more positions does not have to mean letting the expensive encoder see every
 # position.* A masked autoencoder removes 75% of the patches **before** the encoder, and lets a
-# light decoder fill them in. This notebook measures what that does to three ledger lines —
-# **encoded now**, the FLOPs, and **kept for backward** — and finds where the saving stops: the
-# decoder still runs on every position.
+# light decoder fill them in. This notebook measures what that does to the ledger lines
+# **encoded now** and **kept for backward**, and to the step's FLOPs, and finds where the saving
+# stops: the decoder still runs on every position.
 
 # %%
 # On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
@@ -40,26 +40,26 @@ from course_utils.runtime import setup
 from course_utils.scales import config
 from course_utils.train import fit
 
-# Thresholds set to None are claims this scale cannot back (CI trains a few steps): the cells still
-# run, the asserts that need the teaching scale are skipped.
+# Thresholds set to None are claims this scale cannot back (CI trains a few steps) or that were
+# never measured at it (gpu): the cells still run, those asserts are skipped.
 cfg = config(
     SCALE,
     ci=dict(image_size=16, patch=4, dim=32, depth=2, batch=16, steps=4, lr=1e-3, limit=256,
             timing_dim=32, timing_depth=2, timing_batch=8, min_speedup=None,
             ledger_depths=[1, 2], encoder_kept_range=None, step_kept_range=None,
             photo_draws=2, sweep_ratios=[0.5, 0.75], claim_trends=False, min_loss_drop=None,
-            interpolation_wins=None, min_probe_gain=None, max_probe_gain=None, dataset="textures"),
+            interpolation_wins=None, max_probe_gain=None, dataset="textures"),
     default=dict(image_size=32, patch=4, dim=64, depth=4, batch=64, steps=1000, lr=1.5e-3, limit=None,
                  timing_dim=128, timing_depth=8, timing_batch=64, min_speedup=2.0,
                  ledger_depths=[1, 2, 4, 8], encoder_kept_range=(4.0, 5.0), step_kept_range=(2.0, 3.0),
                  photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=True,
-                 min_loss_drop=0.5, interpolation_wins=True, min_probe_gain=0.03, max_probe_gain=0.15,
+                 min_loss_drop=0.8, interpolation_wins=True, max_probe_gain=0.15,
                  dataset="textures"),
     gpu=dict(image_size=32, patch=4, dim=192, depth=8, batch=256, steps=3000, lr=1.5e-3, limit=None,
              timing_dim=192, timing_depth=12, timing_batch=256, min_speedup=2.0,
-             ledger_depths=[2, 4, 8, 16], encoder_kept_range=(4.0, 5.0), step_kept_range=None,
-             photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=True,
-             min_loss_drop=0.5, interpolation_wins=None, min_probe_gain=None, max_probe_gain=None,
+             ledger_depths=[2, 4, 8, 16], encoder_kept_range=None, step_kept_range=None,
+             photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=False,
+             min_loss_drop=None, interpolation_wins=None, max_probe_gain=None,
              dataset="cifar10"),
 )
 device = setup(SCALE, seed=cfg.seed)
@@ -226,7 +226,7 @@ assert f * f <= block_ratio <= f, "between f² (all attention) and f (no attenti
 # the second is a consequence of the formula, shown so the bound reads right: f² = (1−r)², not
 # r·(1−r).
 #
-# ### Kept for backward: about 2.4× less, not 4×
+# ### Kept for backward: between 2× and 3× less, not 4×
 #
 # Autograd keeps activations alive until the backward pass. The ledger's `activation_bytes`
 # measures the peak of those bytes during one full training step (forward, loss, backward). Two
@@ -274,8 +274,8 @@ print(f"{cfg.depth}-block encoder: the whole step keeps {step_kept_ratio:.2f}x f
 
 # %% [markdown]
 # Read the table from the right. The **rest** of the step — decoder, loss — keeps nearly the
-# same bytes in both arms, because it runs on all L tokens either way (the visible-only arm keeps
-# slightly more: the concatenation and gather that put the mask tokens in place). The **encoder**
+# same bytes in both arms (within 15%, asserted), because it runs on all L tokens either way. The
+# **encoder**
 # keeps a little over 1/(1−r) = 4× fewer bytes: its linear layers' inputs shrink 4×, its L×L
 # attention matrices 16×, while the patch embedding still sees every patch. The whole step is a
 # mix of the two, so its ratio lands between 2× and 3× for the lesson's 4-block encoder and a
@@ -302,7 +302,8 @@ if cfg.step_kept_range is not None:
 # **Measured step time.** A wider, deeper encoder (closer to the paper's proportions, where the
 # encoder dominates) timed for a few full training steps, visible-only against mask tokens in
 # the encoder. At CI scale the models are too small for timing to mean anything, so the assertion
-# only bites at the teaching scale. Each variant reports its fastest of five steps (wall clock).
+# only bites at the teaching scale (asserted there: more than 2× faster). Each variant reports its
+# fastest of five steps (wall clock).
 
 # %%
 def seconds_per_step(mask_tokens_in_encoder, steps=5):
@@ -394,11 +395,12 @@ show_table([{"fill": n, "masked-patch MSE": e} for n, e in photo_errors.items()]
 print("unseen photos:", ", ".join(unseen))
 
 # %% [markdown]
-# Training lowers the masked-patch error well below its start, and on photos it never saw the
-# MAE beats the photo's mean visible patch. **It does not beat inverse-distance interpolation**
-# at the CPU scale: a 4-block ViT trained for a few minutes on 32-pixel crops has learned
-# little more than smooth in-filling of colour, which is exactly what interpolation does for
-# free (the reconstructions are blurry colour layouts). The assert below checks both directions.
+# Training lowers the masked-patch error more than five-fold, and on photos it never saw the
+# MAE beats the photo's mean visible patch. **It does not beat interpolation** at the CPU scale:
+# it is about as good as copying the nearest visible pixel (within 15%, asserted) and worse than
+# inverse-distance interpolation. A 4-block ViT trained for a few minutes on 32-pixel crops has
+# learned little more than smooth in-filling of colour, which interpolation does for free (the
+# reconstructions are blurry colour layouts). The asserts below check each of these.
 # (An earlier version of this lesson compared against the mean of *all* patches, masked ones
 # included, which lets the baseline peek at the answer.)
 
@@ -411,6 +413,8 @@ if cfg.min_loss_drop is not None:
     assert photo_errors["MAE"] < photo_errors["mean visible patch"], photo_errors
 if cfg.interpolation_wins is not None:
     assert (photo_errors["inverse-distance"] < photo_errors["MAE"]) == cfg.interpolation_wins, photo_errors
+    if cfg.interpolation_wins:
+        assert abs(photo_errors["MAE"] / photo_errors["nearest visible pixel"] - 1) < 0.15, photo_errors
 
 # %% [markdown]
 # ### Linear probe, and `norm_pix_loss` on vs off
@@ -452,31 +456,36 @@ print(f"linear probe over random init: MAE {100 * mae_gain:+.1f} points, with no
 
 # %%
 assert same_start, "both arms must start from the same weights"
-if cfg.min_probe_gain is not None:
-    assert cfg.min_probe_gain <= mae_gain <= cfg.max_probe_gain, \
-        f"MAE's probe gain {100 * mae_gain:+.1f} points: the prose says a few points (3 to 15)"
-    # "not resolvable": the two MAE arms differ by less than two standard errors of a difference
-    assert abs(norm_probe["linear"] - mae_probe["linear"]) < 2 * 2 ** 0.5 * se, \
-        "norm_pix_loss changed the linear probe by more than this test set can blur: rewrite the prose"
+if cfg.max_probe_gain is not None:
+    # resolvable: more than two standard errors of a difference of two accuracies; and small
+    assert 2 * 2 ** 0.5 * se < mae_gain <= cfg.max_probe_gain, \
+        f"MAE's probe gain {100 * mae_gain:+.1f} points: the prose says a few points, above the noise, under 15"
+    # not resolvable: the two MAE arms differ by less than two standard errors of a difference
+    for key in ("linear", "knn"):
+        assert abs(norm_probe[key] - mae_probe[key]) < 2 * 2 ** 0.5 * se, \
+            f"norm_pix_loss changed the {key} probe by more than this test set can blur: rewrite the prose"
 
 # %% [markdown]
-# What the run shows, and what it does not. The MAE encoder's linear probe sits a few points
-# above its random init (asserted: between 3 and 15 points at the teaching scale): a real but
-# small gain. That matches what is known of MAE: its features are weak for *linear* probing —
-# the paper reports linear probing well below fine-tuning, and below contrastive methods such as
-# MoCo v3, even after hundreds of ImageNet epochs. The `norm_pix_loss` row is printed, not
-# ranked: the two MAE rows differ by less than two standard errors of a difference on a test set
-# this size (asserted), so one seed and one short run cannot say which target is better. The
-# paper's ablation (normalised pixels help fine-tuning by under a point on ImageNet) is a
-# citation here, not evidence.
+# What the run shows, and what it does not. The MAE encoder's linear probe sits a few points above
+# its random init — more than two standard errors of a difference, under 15 points (both asserted at
+# the teaching scale): a small gain, but not noise. That matches what is known of MAE: its features
+# are weak for *linear* probing — the paper reports linear probing well below fine-tuning, and below
+# contrastive methods such as MoCo v3, even after hundreds of ImageNet epochs. The `norm_pix_loss`
+# row is printed, not ranked: the two MAE rows differ by less than two standard errors of a
+# difference on a test set this size, on both probes (asserted), so one seed and one short run cannot say which
+# target is better. The paper's ablation (normalised pixels help fine-tuning by under a point on
+# ImageNet) is a citation here, not evidence.
 
 # %% [markdown]
 # ### Mask-ratio sweep: cheaper encoder, harder task
 #
 # For each ratio: the encoder's share of the full encoding FLOPs (measured), and the masked-patch
-# error on the unseen photos of the **same trained model** asked to fill more or fewer holes, next
-# to inverse-distance interpolation with the same masks. Both errors rising with the ratio is
-# what "the task gets harder" means; no training happens here.
+# error on the unseen photos of inverse-distance interpolation and of the **same trained model**
+# (trained at 0.75) asked to fill more or fewer holes, with the same masks. No training happens
+# here. Interpolation's error is the model-free measure of difficulty: it rises at every step of
+# the ratio. The MAE follows it from 0.5 upward, but not below: with three quarters of the
+# patches visible it is far from the 25% it was trained on, and at 0.25 it is no better than at
+# 0.5.
 
 # %%
 sweep = []
@@ -511,17 +520,20 @@ for row in sweep:
     fv = row["visible tokens"] / L
     assert fv * fv - 1e-9 <= row["share of full (blocks)"] <= fv + 1e-9
 if cfg.claim_trends:
-    for key in ("MAE masked MSE", "inverse-distance MSE"):
-        errs = [row[key] for row in sweep]
-        assert all(a < b for a, b in zip(errs, errs[1:])), f"{key} should rise with the mask ratio: {errs}"
+    idw_errs = [row["inverse-distance MSE"] for row in sweep]
+    assert all(a < b for a, b in zip(idw_errs, idw_errs[1:])), f"difficulty should rise with the ratio: {idw_errs}"
+    mae_errs = {row["mask ratio"]: row["MAE masked MSE"] for row in sweep}
+    from_half = [e for r, e in mae_errs.items() if r >= 0.5]
+    assert all(a < b for a, b in zip(from_half, from_half[1:])), f"MAE error should rise from 0.5 up: {mae_errs}"
+    assert mae_errs[0.25] >= mae_errs[0.5], f"the prose says 0.25 is no better than 0.5: {mae_errs}"
 
 # %% [markdown]
-# What this sweep cannot show: *which ratio trains the best representation*. The paper finds a
-# high ratio, 75%, works well for both fine-tuning and linear probing (He et al. 2022, Fig. 5),
-# after 800 epochs of ImageNet. Showing that here would take one full training run and probe per ratio, and our
-# single run moves the probe by only a few points — less than the differences we would need to
-# resolve. So the lesson claims only what it measures: a higher ratio makes the encoder cheaper
-# and the fill-in task harder.
+# What this sweep cannot show: *which ratio trains the best representation*. The paper finds a high
+# ratio, 75%, works well for both fine-tuning and linear probing (He et al. 2022, Fig. 5), after 800
+# epochs of ImageNet. Showing that here would take one full training run and probe per ratio, each
+# long enough to separate them; our single run moves the probe only a few points above random init,
+# so we do not attempt it. The lesson claims only what it measures: a higher ratio makes the encoder
+# cheaper and the fill-in task harder.
 
 # %% [markdown]
 # ## The boundary

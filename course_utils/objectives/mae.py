@@ -13,7 +13,9 @@ target = the patch pixels, optionally normalised per patch (norm_pix_loss: subtr
 mean, divide by its std, as in the paper). Because the encoder's blocks run on L_vis tokens,
 their cost falls to about (1 − r) of full encoding (a bit less: attention is quadratic in
 tokens); the variant `mask_tokens_in_encoder=True` puts the mask tokens through the encoder
-(SimMIM-style) and pays for all L tokens. That pair is the speed comparison of lesson 04.
+(SimMIM-style) and pays for all L tokens. That pair is lesson 04's comparison of FLOPs, step
+time and bytes kept for backward. `interpolate_masked` fills masked patches from the visible
+pixels with no learning (inverse-distance or nearest pixel): the baseline a reconstruction must beat.
 
 Shapes: tokens B×L×D; mask B×L (1 = removed, original order); ids_restore B×L (int64).
 """

@@ -4,8 +4,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from course_utils.models import ViT
-from course_utils.objectives.mae import (MAE, masked_mse, patch_targets, random_masking,
-                                         restore_order)
+from course_utils.objectives.mae import (MAE, interpolate_masked, masked_mse, patch_targets,
+                                         random_masking, restore_order)
 
 
 def _tokens(b=3, length=16, d=5, seed=0):
@@ -162,3 +162,61 @@ def test_cuda_masking_uses_cpu_generator():
     assert all(torch.equal(a, b.cpu()) for a, b in zip(cpu, gpu))
     model = MAE(_vit(), decoder_dim=16).cuda()
     model(torch.rand(2, 3, 16, 16, device="cuda"))[0].backward()
+
+
+# ------------------------------------------------------------------ interpolation baseline
+def _grid_mask(b, grid, removed):
+    mask = torch.zeros(b, grid * grid)
+    mask[:, removed] = 1
+    return mask
+
+
+@pytest.mark.parametrize("method", ["idw", "nearest"])
+def test_interpolation_keeps_visible_pixels_and_fills_constants_exactly(method):
+    images = torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    mask = _grid_mask(2, 4, [0, 5, 6, 15])                          # 2×2 patches on a 4×4 grid
+    out = interpolate_masked(images, mask, 2, method=method)
+    pixel_removed = mask.reshape(2, 4, 1, 4, 1).expand(2, 4, 2, 4, 2).reshape(2, 1, 8, 8).bool()
+    assert torch.equal(out[~pixel_removed.expand_as(out)], images[~pixel_removed.expand_as(images)])
+    constant = torch.full((2, 3, 8, 8), 0.3)
+    assert torch.allclose(interpolate_masked(constant, mask, 2, method=method), constant, atol=1e-6)
+
+
+def test_nearest_takes_the_adjacent_visible_pixel_and_idw_averages():
+    # 1×1 image 4×4 with patch 2: mask the top-left patch; its pixel (1, 1) is nearest to (1, 2)
+    # and (2, 1) equally: ties go to the first visible pixel in raster order, (1, 2)
+    images = torch.arange(16.0).reshape(1, 1, 4, 4)
+    mask = _grid_mask(1, 2, [0])
+    nearest = interpolate_masked(images, mask, 2, method="nearest")
+    assert nearest[0, 0, 0, 0] == images[0, 0, 0, 2] and nearest[0, 0, 1, 1] == images[0, 0, 1, 2]
+    idw = interpolate_masked(images, mask, 2)
+    visible = images[0, 0][~torch.tensor([[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]).bool()]
+    assert visible.min() <= idw[0, 0, 0, 0] <= visible.max()       # a weighted mean of visible pixels
+
+
+def test_interpolation_bad_inputs():
+    images = torch.rand(1, 3, 8, 8)
+    with pytest.raises(ValueError, match="B×L"):
+        interpolate_masked(images, torch.zeros(1, 15), 2)
+    with pytest.raises(ValueError, match="divide"):
+        interpolate_masked(images, torch.zeros(1, 16), 3)
+    with pytest.raises(ValueError, match="nothing to interpolate"):
+        interpolate_masked(images, torch.ones(1, 16), 2)
+
+
+def test_mask_tokens_in_encoder_keep_more_for_backward_but_decoder_sets_a_floor():
+    """The ledger's kept-for-backward ratio of the two arms (lesson 04's boundary) on a tiny MAE:
+    the encoder alone saves more than the whole step, since the decoder runs on all L tokens."""
+    from course_utils.ledger import measure
+    images = torch.rand(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    kept = {}
+    for in_encoder in (True, False):
+        model = MAE(_vit(depth=2), mask_ratio=0.75, decoder_dim=32, mask_tokens_in_encoder=in_encoder)
+        step = lambda: model(images, torch.Generator().manual_seed(1))[0].backward()
+        whole = measure(step, model=model).activation_bytes
+        encoder = measure(lambda: model.forward_encoder(images, torch.Generator().manual_seed(1)),
+                          model=model).activation_bytes
+        kept[in_encoder] = (whole, encoder)
+    step_ratio = kept[True][0] / kept[False][0]
+    encoder_ratio = kept[True][1] / kept[False][1]
+    assert 1.0 < step_ratio < encoder_ratio

@@ -13,7 +13,9 @@ target = the patch pixels, optionally normalised per patch (norm_pix_loss: subtr
 mean, divide by its std, as in the paper). Because the encoder's blocks run on L_vis tokens,
 their cost falls to about (1 − r) of full encoding (a bit less: attention is quadratic in
 tokens); the variant `mask_tokens_in_encoder=True` puts the mask tokens through the encoder
-(SimMIM-style) and pays for all L tokens. That pair is the speed comparison of lesson 04.
+(SimMIM-style) and pays for all L tokens. That pair is lesson 04's comparison of FLOPs, step
+time and bytes kept for backward. `interpolate_masked` fills masked patches from the visible
+pixels with no learning (inverse-distance or nearest pixel): the baseline a reconstruction must beat.
 
 Shapes: tokens B×L×D; mask B×L (1 = removed, original order); ids_restore B×L (int64).
 """
@@ -82,6 +84,54 @@ def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> 
                          f"and mask {tuple(mask.shape)} must be B×L")
     per_patch = ((pred - target) ** 2).mean(dim=-1)        # B×L
     return (per_patch * mask).sum() / mask.sum().clamp_min(1)
+
+
+def interpolate_masked(images: torch.Tensor, mask: torch.Tensor, patch_size: int, *,
+                       method: str = "idw", power: float = 2.0) -> torch.Tensor:
+    """Fill the masked patches of ``images`` from the visible pixels alone: a baseline with no
+    learning, to set beside an MAE's reconstruction.
+
+    images B×C×H×W; mask B×L (1 = removed, raster order of the (H/p)×(W/p) patch grid, as
+    ``random_masking`` returns it). Every masked pixel i gets Σ_j w_ij x_j / Σ_j w_ij over the
+    visible pixels j, with
+      method="idw":     w_ij = 1 / d_ij**power  (Shepard's inverse-distance interpolation)
+      method="nearest": all weight on the nearest visible pixel (ties: the first in raster order)
+    where d_ij is the Euclidean distance between pixel centres. Visible pixels are returned
+    unchanged. Memory is B×(H·W)×(H·W): meant for small images (32×32: 4 MB per image).
+    """
+    checks.tensor(images, "images", shape_hint="B×C×H×W")
+    checks.choice(method, "method", ("idw", "nearest"))
+    checks.positive_float(power, "power")
+    if images.dim() != 4:
+        raise ValueError(f"images must be B×C×H×W, got {tuple(images.shape)}")
+    b, c, h, w = images.shape
+    patch_size = checks.positive_int(patch_size, "patch_size")
+    if h % patch_size or w % patch_size:
+        raise ValueError(f"patch_size={patch_size} must divide the image size {h}×{w}")
+    gh, gw = h // patch_size, w // patch_size
+    if tuple(mask.shape) != (b, gh * gw):
+        raise ValueError(f"mask must be B×L = {b}×{gh * gw} for {h}×{w} images and patch_size="
+                         f"{patch_size}, got {tuple(mask.shape)}")
+    removed = (mask.reshape(b, gh, 1, gw, 1).expand(b, gh, patch_size, gw, patch_size)
+               .reshape(b, h * w) > 0.5)                              # B×HW, True = masked pixel
+    if removed.all(dim=1).any():
+        raise ValueError("every patch of an image is masked: nothing to interpolate from")
+    ys, xs = torch.meshgrid(torch.arange(h, device=images.device, dtype=images.dtype),
+                            torch.arange(w, device=images.device, dtype=images.dtype), indexing="ij")
+    coords = torch.stack([ys.flatten(), xs.flatten()], dim=1)         # HW×2
+    dist = torch.cdist(coords, coords, compute_mode="donot_use_mm_for_euclid_dist")   # HW×HW, exact
+    visible = (~removed).to(images.dtype).unsqueeze(1)                # B×1×HW (source j)
+    if method == "nearest":
+        far = dist.max() + 1
+        nearest = (dist.unsqueeze(0) + far * (1 - visible)).argmin(dim=2)    # B×HW
+        weights = torch.nn.functional.one_hot(nearest, h * w).to(images.dtype)
+    else:
+        weights = visible / dist.clamp_min(1e-12).pow(power).unsqueeze(0)   # B×HW×HW
+        weights = weights / weights.sum(dim=2, keepdim=True)
+    flat = images.reshape(b, c, h * w)
+    filled = torch.einsum("bij,bcj->bci", weights, flat)              # B×C×HW
+    out = torch.where(removed.unsqueeze(1), filled, flat)
+    return out.reshape(b, c, h, w)
 
 
 class MAEDecoder(nn.Module):

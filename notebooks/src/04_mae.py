@@ -5,8 +5,9 @@
 #
 # *Needing to predict more positions does not have to mean letting the expensive encoder see every
 # position.* A masked autoencoder removes 75% of the patches **before** the encoder, and lets a
-# light decoder fill them in. This notebook measures what that does to the ledger line
-# **encoded now**.
+# light decoder fill them in. This notebook measures what that does to the ledger lines
+# **encoded now** and **kept for backward**, and to the step's FLOPs, and finds where the saving
+# stops: the decoder still runs on every position.
 
 # %%
 # On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
@@ -26,10 +27,12 @@ import time
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils.data import load_dataset, load_photo
+from course_utils.data import TEXTURE_CLASSES, available_photos, load_dataset, load_photo
+from course_utils.evaluate import probe_encoder
 from course_utils.ledger import measure
 from course_utils.models import ViT
-from course_utils.objectives.mae import MAE, masked_mse, patch_targets, random_masking, restore_order
+from course_utils.objectives.mae import (MAE, interpolate_masked, masked_mse, patch_targets,
+                                         random_masking, restore_order)
 from course_utils.objectives import make_step
 from course_utils.plots import image_grid, plot_curves
 from course_utils.report import headline, show_table
@@ -37,32 +40,55 @@ from course_utils.runtime import setup
 from course_utils.scales import config
 from course_utils.train import fit
 
+# Thresholds set to None are claims this scale cannot back (CI trains a few steps) or that were
+# never measured at it (gpu): the cells still run, those asserts are skipped.
 cfg = config(
     SCALE,
     ci=dict(image_size=16, patch=4, dim=32, depth=2, batch=16, steps=4, lr=1e-3, limit=256,
-            timing_dim=32, timing_depth=2, timing_batch=8, min_speedup=0.0,
-            sweep_ratios=[0.5, 0.75], sweep_steps=2, dataset="textures"),
-    default=dict(image_size=32, patch=4, dim=64, depth=4, batch=64, steps=250, lr=1.5e-3, limit=None,
+            timing_dim=32, timing_depth=2, timing_batch=8, min_speedup=None,
+            ledger_depths=[1, 2], encoder_kept_range=None, step_kept_range=None,
+            photo_draws=2, sweep_ratios=[0.5, 0.75], claim_trends=False, min_loss_drop=None,
+            interpolation_wins=None, max_probe_gain=None, dataset="textures"),
+    default=dict(image_size=32, patch=4, dim=64, depth=4, batch=64, steps=1000, lr=1.5e-3, limit=None,
                  timing_dim=128, timing_depth=8, timing_batch=64, min_speedup=2.0,
-                 sweep_ratios=[0.25, 0.5, 0.75, 0.9], sweep_steps=60, dataset="textures"),
+                 ledger_depths=[1, 2, 4, 8], encoder_kept_range=(4.0, 5.0), step_kept_range=(2.0, 3.0),
+                 photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=True,
+                 min_loss_drop=0.8, interpolation_wins=True, max_probe_gain=0.15,
+                 dataset="textures"),
     gpu=dict(image_size=32, patch=4, dim=192, depth=8, batch=256, steps=3000, lr=1.5e-3, limit=None,
              timing_dim=192, timing_depth=12, timing_batch=256, min_speedup=2.0,
-             sweep_ratios=[0.25, 0.5, 0.75, 0.9], sweep_steps=500, dataset="cifar10"),
+             ledger_depths=[2, 4, 8, 16], encoder_kept_range=None, step_kept_range=None,
+             photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=False,
+             min_loss_drop=None, interpolation_wins=None, max_probe_gain=None,
+             dataset="cifar10"),
 )
 device = setup(SCALE, seed=cfg.seed)
 train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=device,
                      download=SCALE == "gpu", limit=cfg.limit)
+test = load_dataset(cfg.dataset, "test", image_size=cfg.image_size, device=device,
+                    download=SCALE == "gpu", limit=cfg.limit)
 print(train)
+
+
+def build_mae(depth=None, mask_ratio=0.75, norm_pix_loss=False, mask_tokens_in_encoder=False, dim=None):
+    """The lesson's one MAE: the kit's ViT (seeded, so every arm starts from the same weights) and a
+    one-block decoder as wide as the encoder at the teaching scale. Arms differ only in the arguments."""
+    torch.manual_seed(cfg.seed)
+    v = ViT(image_size=cfg.image_size, patch_size=cfg.patch, dim=dim or cfg.dim,
+            depth=depth or cfg.depth, heads=4)
+    return MAE(v, mask_ratio=mask_ratio, decoder_dim=64, decoder_depth=1, norm_pix_loss=norm_pix_loss,
+               mask_tokens_in_encoder=mask_tokens_in_encoder).to(device)
 
 # %% [markdown]
 # ## The problem
 #
 # Masked prediction needs *targets at many positions*: the more patches we hide, the more there is
-# to predict, and the harder (more useful) the task. If the encoder processed the masked
-# positions too — as a placeholder token — every step would pay for the full image in the most
-# expensive part of the network, although three quarters of its input carry no information.
-# In the ledger: **encoded now** = all L patches, **kept for backward** ∝ L, FLOPs ∝ L (more, with
-# attention).
+# to predict, and the harder the task. If the encoder processed the masked positions too — as a
+# placeholder token — every step would pay for the full image in the most expensive part of the
+# network, although three quarters of its input carry no information. In the ledger:
+# **encoded now** = all L patches, FLOPs ∝ L (more, with attention), **kept for backward** ∝ L.
+# The question of this lesson: how much of that does removing the patches before the encoder
+# give back?
 
 # %% [markdown]
 # ## The mechanism
@@ -76,12 +102,13 @@ print(train)
 #    where everything was.
 # 3. The encoder's blocks run on the **visible tokens only** (B×L·(1−r)×D).
 # 4. The light decoder embeds them, appends one shared learned *mask token* per removed patch,
-#    gathers with `ids_restore` to put every token back in place, adds positions, runs one narrow
-#    block and predicts the pixels of every patch.
+#    gathers with `ids_restore` to put every token back in place, adds positions, runs one
+#    block and predicts the pixels of every patch. **The decoder runs on all L tokens.**
 # 5. The loss is the mean squared error **on the masked patches only**.
 #
 # The variant `MAE(..., mask_tokens_in_encoder=True)` instead replaces the removed tokens by a mask
-# token *inside* the encoder (SimMIM-style): same task, same decoder, full encoder cost.
+# token *inside* the encoder (SimMIM-style): same task, same decoder, full encoder cost. It is the
+# other arm of every cost comparison below.
 
 # %% [markdown]
 # ## Worked example: one image, masked and restored
@@ -100,14 +127,13 @@ print("[visible, mask tokens] restored:", restore_order(filled, ids_restore).fla
 
 # %% [markdown]
 # The two visible tokens come back at their own positions; every other slot holds the mask token
-# (-1 here), exactly where `mask` says 1. Now the same on real images with the kit's ViT:
+# (-1 here), exactly where `mask` says 1. Now the same on real images with the kit's ViT, one
+# training step measured by the ledger:
 
 # %%
-torch.manual_seed(cfg.seed)
-vit = ViT(image_size=cfg.image_size, patch_size=cfg.patch, dim=cfg.dim, depth=cfg.depth, heads=4).to(device)
-model = MAE(vit, mask_ratio=0.75, decoder_dim=64, decoder_depth=1, norm_pix_loss=False).to(device)
+model = build_mae()
 images = train.images[:cfg.batch]
-L = vit.num_patches
+L = model.encoder.num_patches
 kept = int(L * (1 - model.mask_ratio))
 opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.05)
 step = make_step(model, opt, generator=torch.Generator().manual_seed(1))
@@ -132,7 +158,7 @@ assert record.encoded["decoder tokens"] == cfg.batch * L, record.encoded
 
 # %%
 # NBVAL_CHECK_OUTPUT
-x = vit.embed_patches(images).detach()
+x = model.encoder.embed_patches(images).detach()
 vis, m, ids_r = random_masking(x, 0.75, torch.Generator().manual_seed(2))
 ids_shuffle = ids_r.argsort(dim=1)
 shuffled = torch.gather(x, 1, ids_shuffle.unsqueeze(-1).expand_as(x))
@@ -149,7 +175,7 @@ assert (m.sum(1) == L - kept).all() and not torch.equal(m[0], m[1]), "masks are 
 # NBVAL_CHECK_OUTPUT
 with torch.no_grad():
     _, pred, m = model(images, torch.Generator().manual_seed(3))
-patches = vit.patchify(images)
+patches = model.encoder.patchify(images)
 noise = torch.rand_like(patches)
 loss_of = lambda p: masked_mse(pred, patch_targets(p), m).item()
 base = loss_of(patches)
@@ -157,17 +183,19 @@ assert abs(loss_of(patches + noise * (1 - m).unsqueeze(-1)) - base) < 1e-6
 assert abs(loss_of(patches + noise * m.unsqueeze(-1)) - base) > 1e-3
 
 # %% [markdown]
-# **Encoder FLOPs fall to about (1−r).** Per block, the linear layers cost 2·L·D²·(4 + 2·mlp)
-# FLOPs and attention's two L×L matmuls 4·L²·D. Visible-only encoding multiplies the first by
-# (1−r) and the second by (1−r)²; measured with the ledger's FLOP counter:
+# ### FLOPs: the encoder's blocks fall to between f² and f
+#
+# Per block, the linear layers cost 2·n·D²·(4 + 2·mlp) FLOPs for n tokens and attention's two
+# n×n matmuls 4·n²·D. Keeping n = f·L tokens, f = int(L·(1−r))/L (= 1−r when it divides),
+# multiplies the first by f and the second by f². So the blocks' ratio is a weighted mean of f
+# and f², weighted by attention's share of the block — it must lie between f² (all attention)
+# and f (no attention). Measured with the ledger's FLOP counter, against the same formula:
 
 # %%
 def encoder_forward_flops(mask_tokens_in_encoder, ratio=0.75):
-    torch.manual_seed(cfg.seed)
-    v = ViT(image_size=cfg.image_size, patch_size=cfg.patch, dim=cfg.dim, depth=cfg.depth, heads=4).to(device)
-    mm = MAE(v, mask_ratio=ratio, decoder_dim=64, mask_tokens_in_encoder=mask_tokens_in_encoder).to(device)
+    mm = build_mae(mask_ratio=ratio, mask_tokens_in_encoder=mask_tokens_in_encoder)
     with torch.no_grad():
-        return measure(lambda: mm.forward_encoder(images), model=mm).forward_flops, v
+        return measure(lambda: mm.forward_encoder(images), model=mm).forward_flops
 
 
 def predicted_block_ratio(length, visible, dim, mlp_ratio=2):
@@ -175,34 +203,113 @@ def predicted_block_ratio(length, visible, dim, mlp_ratio=2):
     return cost(visible) / cost(length)
 
 
-full_flops, v = encoder_forward_flops(True)
-vis_flops, _ = encoder_forward_flops(False)
-embed_flops = 2 * cfg.batch * L * v.patch_dim * cfg.dim          # the patch embedding runs on all L
+full_flops, vis_flops = encoder_forward_flops(True), encoder_forward_flops(False)
+embed_flops = 2 * cfg.batch * L * model.encoder.patch_dim * cfg.dim   # the patch embedding runs on all L
 block_ratio = (vis_flops - embed_flops) / (full_flops - embed_flops)
 predicted = predicted_block_ratio(L, kept, cfg.dim)
+f = kept / L
+attention_share = 4 * L * L * cfg.dim / (2 * L * cfg.dim ** 2 * 8 + 4 * L * L * cfg.dim)
 show_table([{"encoder": "mask tokens in encoder", "forward GFLOPs": full_flops / 1e9},
             {"encoder": "visible only", "forward GFLOPs": vis_flops / 1e9},
-            {"encoder": "ratio (blocks)", "forward GFLOPs": block_ratio},
-            {"encoder": "predicted ratio", "forward GFLOPs": predicted}])
+            {"encoder": "ratio (blocks), measured", "forward GFLOPs": block_ratio},
+            {"encoder": "ratio (blocks), formula", "forward GFLOPs": predicted}])
+print(f"f = {f:.3f}, f² = {f * f:.4f}; attention is {100 * attention_share:.0f}% of a full block's FLOPs, "
+      f"so the ratio sits {(f - block_ratio) / (f - f * f):.0%} of the way from f down to f²")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-assert abs(block_ratio - predicted) < 1e-6 * predicted
-assert 0.75 * (1 - 0.75) < block_ratio <= 1 - 0.75, "between (1-r)^2 (all attention) and 1-r (no attention)"
+assert abs(block_ratio - predicted) < 1e-6 * predicted      # the counter agrees with the formula
+assert f * f <= block_ratio <= f, "between f² (all attention) and f (no attention)"
+
+# %% [markdown]
+# The first assert is the evidence (PyTorch's FLOP counter against a formula written by hand);
+# the second is a consequence of the formula, shown so the bound reads right: f² = (1−r)², not
+# r·(1−r).
+#
+# ### Kept for backward: between 2× and 3× less, not 4×
+#
+# Autograd keeps activations alive until the backward pass. The ledger's `activation_bytes`
+# measures the peak of those bytes during one full training step (forward, loss, backward). Two
+# arms, same weights, same batch, same masks: visible-only encoder vs mask tokens in the
+# encoder. We also measure the **encoder alone** (its forward, with autograd recording) so the
+# step's bytes split into *encoder* and *everything else* (the decoder on all L tokens, the loss).
+
+# %%
+def kept_bytes(depth, mask_tokens_in_encoder):
+    """(activation bytes of one training step, of the encoder's forward alone)."""
+    mm = build_mae(depth=depth, mask_tokens_in_encoder=mask_tokens_in_encoder)
+    o = torch.optim.AdamW(mm.parameters(), lr=cfg.lr)
+    s = make_step(mm, o, generator=torch.Generator().manual_seed(1))
+    whole = measure(lambda: s((images, None)), model=mm, optimizer=o).activation_bytes
+    encoder = measure(lambda: mm.forward_encoder(images, torch.Generator().manual_seed(1)),
+                      model=mm).activation_bytes
+    return whole, encoder
+
+
+kept_rows = []
+for depth in cfg.ledger_depths:
+    (full_step, full_enc), (vis_step, vis_enc) = kept_bytes(depth, True), kept_bytes(depth, False)
+    kept_rows.append({"encoder blocks": depth,
+                      "step MB, mask tokens in enc.": full_step / 1e6, "step MB, visible only": vis_step / 1e6,
+                      "step ratio": full_step / vis_step,
+                      "encoder ratio": full_enc / vis_enc,
+                      "rest MB (mask tok.)": (full_step - full_enc) / 1e6,
+                      "rest MB (visible)": (vis_step - vis_enc) / 1e6})
+show_table(kept_rows)
+lesson = next(r for r in kept_rows if r["encoder blocks"] == cfg.depth)
+step_kept_ratio, encoder_kept_ratio = lesson["step ratio"], lesson["encoder ratio"]
+rest_ratio = lesson["rest MB (visible)"] / lesson["rest MB (mask tok.)"]
+fig, ax = plt.subplots(figsize=(5.5, 3))
+ax.plot(cfg.ledger_depths, [r["encoder ratio"] for r in kept_rows], "o--", label="encoder alone")
+ax.plot(cfg.ledger_depths, [r["step ratio"] for r in kept_rows], "o-", label="whole step")
+ax.axhline(1 / (1 - 0.75), color="gray", lw=0.8, label="1/(1−r)")
+ax.set_xlabel("encoder blocks (decoder: 1 block)")
+ax.set_ylabel("kept for backward:\nmask tokens / visible only")
+ax.set_xscale("log", base=2)
+ax.legend()
+plt.show()
+print(f"{cfg.depth}-block encoder: the whole step keeps {step_kept_ratio:.2f}x fewer bytes with visible-only "
+      f"encoding; the encoder alone {encoder_kept_ratio:.2f}x; everything else keeps "
+      f"{lesson['rest MB (visible)']:.1f} MB vs {lesson['rest MB (mask tok.)']:.1f} MB (ratio {rest_ratio:.2f})")
+
+# %% [markdown]
+# Read the table from the right. The **rest** of the step — decoder, loss — keeps nearly the
+# same bytes in both arms (within 15%, asserted), because it runs on all L tokens either way. The
+# **encoder**
+# keeps a little over 1/(1−r) = 4× fewer bytes: its linear layers' inputs shrink 4×, its L×L
+# attention matrices 16×, while the patch embedding still sees every patch. The whole step is a
+# mix of the two, so its ratio lands between 2× and 3× for the lesson's 4-block encoder and a
+# decoder as wide as the encoder — not 4×. As the encoder gets deeper relative to the fixed
+# decoder, the step's ratio climbs toward the encoder's (the plot); the paper's ViT-L (24 blocks,
+# 1024 wide) with an 8-block, 512-wide decoder sits far to the right.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# identity, not evidence: step = encoder + rest in both arms, so the step ratio is a weighted mean
+assert min(1.0 / rest_ratio, encoder_kept_ratio) <= step_kept_ratio <= max(1.0 / rest_ratio, encoder_kept_ratio)
+if cfg.encoder_kept_range is not None:
+    lo, hi = cfg.encoder_kept_range
+    assert lo <= encoder_kept_ratio <= hi, f"encoder alone: {encoder_kept_ratio:.2f}x, expected a little over 4x"
+    assert 0.85 <= rest_ratio <= 1.15, f"decoder + loss should keep about the same bytes in both arms: {rest_ratio:.2f}"
+if cfg.step_kept_range is not None:
+    lo, hi = cfg.step_kept_range
+    assert lo <= step_kept_ratio <= hi, f"whole step {step_kept_ratio:.2f}x, expected between {lo}x and {hi}x"
+    step_ratios = [r["step ratio"] for r in kept_rows]
+    assert all(a < b for a, b in zip(step_ratios, step_ratios[1:])), "deeper encoder -> ratio closer to the encoder's"
+    assert all(r["step ratio"] < r["encoder ratio"] for r in kept_rows), "the decoder floor keeps the step below"
 
 # %% [markdown]
 # **Measured step time.** A wider, deeper encoder (closer to the paper's proportions, where the
 # encoder dominates) timed for a few full training steps, visible-only against mask tokens in
 # the encoder. At CI scale the models are too small for timing to mean anything, so the assertion
-# only bites at the teaching scale. Each variant reports its fastest of five steps (wall clock).
+# only bites at the teaching scale (asserted there: more than 2× faster). Each variant reports its
+# fastest of five steps (wall clock).
 
 # %%
 def seconds_per_step(mask_tokens_in_encoder, steps=5):
     """The fastest of `steps` timed training steps: the minimum is the least disturbed by other
     work on a shared machine."""
-    torch.manual_seed(cfg.seed)
-    v = ViT(image_size=cfg.image_size, patch_size=cfg.patch, dim=cfg.timing_dim, depth=cfg.timing_depth, heads=4).to(device)
-    mm = MAE(v, mask_ratio=0.75, decoder_dim=64, mask_tokens_in_encoder=mask_tokens_in_encoder).to(device)
+    mm = build_mae(depth=cfg.timing_depth, dim=cfg.timing_dim, mask_tokens_in_encoder=mask_tokens_in_encoder)
     o = torch.optim.AdamW(mm.parameters(), lr=cfg.lr)
     s = make_step(mm, o, generator=torch.Generator().manual_seed(0))
     batch = (train.images[:cfg.timing_batch], None)
@@ -225,89 +332,232 @@ print(f"mask tokens in encoder {t_full * 1e3:.0f} ms/step, visible only {t_visib
 
 # %%
 # NBVAL_CHECK_OUTPUT
-assert speedup > cfg.min_speedup, f"visible-only MAE step only {speedup:.2f}x faster"
+if cfg.min_speedup is not None:
+    assert speedup > cfg.min_speedup, f"visible-only MAE step only {speedup:.2f}x faster"
 
 # %% [markdown]
-# ### Training and reconstructing a real photo
+# ### Training, then reconstructing photos the model never saw
 #
-# Train the small MAE on crops of scikit-image's sample photos (the embedded "textures" data;
-# CIFAR-10 at gpu scale), then reconstruct a photo it never saw whole.
+# Train the small MAE on crops of scikit-image sample photos (the embedded "textures" data;
+# CIFAR-10 at gpu scale). The photos we reconstruct are the other sample photos the kit ships,
+# **none of which is a texture source** (the cell checks it). Each reconstruction is compared
+# with three fills that learn nothing, each using only the visible pixels:
+# the photo's **mean visible patch**, the **nearest visible pixel**, and **inverse-distance
+# interpolation** of the visible pixels (`interpolate_masked`). Errors are masked-patch MSE in
+# pixel space, averaged over several random masks per photo.
 
 # %%
-gen = torch.Generator().manual_seed(cfg.seed)
-step = make_step(model, opt, generator=gen)
-history = fit(step, train.batches(cfg.batch, seed=cfg.seed), steps=cfg.steps, desc="MAE")
-photo = torch.stack([load_photo(n, cfg.image_size) for n in ("rocket", "coffee", "chelsea", "astronaut")]).to(device)
+model = build_mae()
+opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.05)
+history = fit(make_step(model, opt, generator=torch.Generator().manual_seed(cfg.seed)),
+              train.batches(cfg.batch, seed=cfg.seed), steps=cfg.steps, desc="MAE")
+
+unseen = [n for n in available_photos() if n not in TEXTURE_CLASSES]
+assert not set(unseen) & set(TEXTURE_CLASSES) and not set(unseen) & set(train.classes), "photos must be unseen"
+photo = torch.stack([load_photo(n, cfg.image_size) for n in unseen]).to(device)
+photo_patches = model.encoder.patchify(photo)
+
+
+def fill_errors(mae, draws, seed=100):
+    """Masked-patch MSE per method, averaged over `draws` random masks of every photo."""
+    errors = {"MAE": 0.0, "mean visible patch": 0.0, "nearest visible pixel": 0.0, "inverse-distance": 0.0}
+    mae.eval()
+    with torch.no_grad():
+        for d in range(draws):
+            _, pred, mask = mae(photo, torch.Generator().manual_seed(seed + d))
+            keep = (1 - mask).unsqueeze(-1)
+            mean_visible = (photo_patches * keep).sum(1, keepdim=True) / keep.sum(1, keepdim=True)
+            fills = {"MAE": pred, "mean visible patch": mean_visible.expand_as(photo_patches),
+                     "nearest visible pixel": mae.encoder.patchify(interpolate_masked(photo, mask, cfg.patch, method="nearest")),
+                     "inverse-distance": mae.encoder.patchify(interpolate_masked(photo, mask, cfg.patch))}
+            for name, fill in fills.items():
+                errors[name] += masked_mse(fill, photo_patches, mask).item() / draws
+    mae.train()
+    return errors
+
+
+photo_errors = fill_errors(model, cfg.photo_draws)
 model.eval()
-masked_in, recon, _ = model.reconstruct(photo, torch.Generator().manual_seed(5))
-with torch.no_grad():
-    photo_loss = model(photo, torch.Generator().manual_seed(5))[0].item()
-    mean_baseline = masked_mse(patch_targets(vit.patchify(photo)).mean(1, keepdim=True).expand(-1, L, -1),
-                               patch_targets(vit.patchify(photo)), torch.ones(len(photo), L, device=device)).item()
+masked_in, recon, shown_mask = model.reconstruct(photo, torch.Generator().manual_seed(100))
+idw_image = interpolate_masked(photo, shown_mask, cfg.patch)
 model.train()
-fig, axes = plt.subplots(1, 2, figsize=(11, 3))
-plot_curves({"step": history.series("step"), "masked-patch MSE": history.series("loss")}, ax=axes[0])
-axes[1].imshow(image_grid(torch.cat([photo, masked_in, recon]).cpu(), nrow=len(photo)))
-axes[1].set_title("rows: photo / 75% masked / reconstruction")
-axes[1].set_axis_off()
+fig, axes = plt.subplots(1, 3, figsize=(14, 3.2), gridspec_kw={"width_ratios": [1, 1, 1.6]})
+plot_curves({"step": history.series("step"), "masked-patch MSE": history.series("loss")}, ax=axes[0], logy=True)
+names = list(photo_errors)
+axes[1].barh(names, [photo_errors[n] for n in names], color=["C3", "C0", "C0", "C0"])
+axes[1].invert_yaxis()
+axes[1].set_xlabel("masked-patch MSE on unseen photos")
+axes[2].imshow(image_grid(torch.cat([photo, masked_in, recon, idw_image]).cpu(), nrow=len(photo)))
+axes[2].set_title("rows: photo / 75% masked / MAE / inverse-distance")
+axes[2].set_axis_off()
 plt.show()
-print(f"masked-patch MSE on the photos {photo_loss:.4f}; predicting each photo's mean patch: {mean_baseline:.4f}")
+show_table([{"fill": n, "masked-patch MSE": e} for n, e in photo_errors.items()])
+print("unseen photos:", ", ".join(unseen))
 
 # %% [markdown]
-# Training lowers the masked-patch error below its starting value, and on unseen photos the
-# reconstruction beats the trivial guess "every patch is the photo's average patch". At the CPU
-# scale the reconstructions are blurry colour layouts, not detail: that is what a few minutes of
-# a 4-block ViT on 32-pixel crops can learn.
+# Training lowers the masked-patch error more than five-fold, and on photos it never saw the
+# MAE beats the photo's mean visible patch. **It does not beat interpolation** at the CPU scale:
+# it is about as good as copying the nearest visible pixel (within 15%, asserted) and worse than
+# inverse-distance interpolation. A 4-block ViT trained for a few minutes on 32-pixel crops has
+# learned little more than smooth in-filling of colour, which interpolation does for free (the
+# reconstructions are blurry colour layouts). The asserts below check each of these.
+# (An earlier version of this lesson compared against the mean of *all* patches, masked ones
+# included, which lets the baseline peek at the answer.)
 
 # %%
-first, last = sum(history.series("loss")[:3]) / 3, sum(history.series("loss")[-3:]) / 3
-if SCALE != "ci":
-    assert last < 0.8 * first, (first, last)
-    assert photo_loss < mean_baseline, (photo_loss, mean_baseline)
+losses = history.series("loss")
+first, last = sum(losses[:10]) / len(losses[:10]), sum(losses[-10:]) / len(losses[-10:])
+print(f"masked-patch MSE: first 10 steps {first:.4f}, last 10 steps {last:.4f}")
+if cfg.min_loss_drop is not None:
+    assert last < (1 - cfg.min_loss_drop) * first, (first, last)
+    assert photo_errors["MAE"] < photo_errors["mean visible patch"], photo_errors
+if cfg.interpolation_wins is not None:
+    assert (photo_errors["inverse-distance"] < photo_errors["MAE"]) == cfg.interpolation_wins, photo_errors
+    if cfg.interpolation_wins:
+        assert abs(photo_errors["MAE"] / photo_errors["nearest visible pixel"] - 1) < 0.15, photo_errors
 
 # %% [markdown]
-# ### Mask-ratio sweep
+# ### Linear probe, and `norm_pix_loss` on vs off
 #
-# For each ratio: the encoder's share of the full encoding FLOPs (measured) and the masked-patch
-# error after the same short training. Higher ratios make the encoder cheaper and the task harder.
+# MAE's purpose is a representation, not a reconstruction. Same protocol as lessons 02 and 03:
+# a linear probe (and kNN) on the frozen encoder's features, trained on the train split's
+# labels (here: which photo a texture crop came from), tested on held-out crops, against the
+# *same* encoder at random initialisation. A second MAE is trained with `norm_pix_loss=True`
+# (each target patch standardised, as in the paper) — same initial weights, data order, masks,
+# steps and optimizer; only the target differs.
+
+# %%
+random_probe = probe_encoder(build_mae().encoder, train, test)
+norm_model = build_mae(norm_pix_loss=True)
+same_start = all(torch.equal(a, b) for a, b in zip(build_mae().parameters(), norm_model.parameters()))
+norm_opt = torch.optim.AdamW(norm_model.parameters(), lr=cfg.lr, weight_decay=0.05)
+norm_history = fit(make_step(norm_model, norm_opt, generator=torch.Generator().manual_seed(cfg.seed)),
+                   train.batches(cfg.batch, seed=cfg.seed), steps=cfg.steps, desc="MAE, norm_pix_loss")
+mae_probe = probe_encoder(model.encoder, train, test)
+norm_probe = probe_encoder(norm_model.encoder, train, test)
+probe_rows = [{"encoder": "random init", **random_probe},
+              {"encoder": f"MAE, {cfg.steps} steps", **mae_probe},
+              {"encoder": f"MAE + norm_pix_loss, {cfg.steps} steps", **norm_probe}]
+show_table(probe_rows)
+fig, ax = plt.subplots(figsize=(6, 2.6))
+for i, key in enumerate(("linear", "knn")):
+    ax.bar([j + 0.38 * i for j in range(3)], [100 * r[key] for r in probe_rows], width=0.38, label=key)
+ax.set_xticks([j + 0.19 for j in range(3)], [r["encoder"] for r in probe_rows], fontsize=8)
+ax.set_ylabel("probe accuracy (%)")
+ax.set_ylim(0, 100)
+ax.legend()
+plt.show()
+n_test = len(test)
+se = (0.25 / n_test) ** 0.5          # the largest standard error of an accuracy on n_test images
+mae_gain = mae_probe["linear"] - random_probe["linear"]
+norm_gain = norm_probe["linear"] - random_probe["linear"]
+print(f"linear probe over random init: MAE {100 * mae_gain:+.1f} points, with norm_pix_loss {100 * norm_gain:+.1f}; "
+      f"one standard error on {n_test} test images is at most {100 * se:.1f} points")
+
+# %%
+assert same_start, "both arms must start from the same weights"
+if cfg.max_probe_gain is not None:
+    # resolvable: more than two standard errors of a difference of two accuracies; and small
+    assert 2 * 2 ** 0.5 * se < mae_gain <= cfg.max_probe_gain, \
+        f"MAE's probe gain {100 * mae_gain:+.1f} points: the prose says a few points, above the noise, under 15"
+    # not resolvable: the two MAE arms differ by less than two standard errors of a difference
+    for key in ("linear", "knn"):
+        assert abs(norm_probe[key] - mae_probe[key]) < 2 * 2 ** 0.5 * se, \
+            f"norm_pix_loss changed the {key} probe by more than this test set can blur: rewrite the prose"
+
+# %% [markdown]
+# What the run shows, and what it does not. The MAE encoder's linear probe sits a few points above
+# its random init — more than two standard errors of a difference, under 15 points (both asserted at
+# the teaching scale): a small gain, but not noise. That matches what is known of MAE: its features
+# are weak for *linear* probing — the paper reports linear probing well below fine-tuning, and below
+# contrastive methods such as MoCo v3, even after hundreds of ImageNet epochs. The `norm_pix_loss`
+# row is printed, not ranked: the two MAE rows differ by less than two standard errors of a
+# difference on a test set this size, on both probes (asserted), so one seed and one short run cannot say which
+# target is better. The paper's ablation (normalised pixels help fine-tuning by under a point on
+# ImageNet) is a citation here, not evidence.
+
+# %% [markdown]
+# ### Mask-ratio sweep: cheaper encoder, harder task
+#
+# For each ratio: the encoder's share of the full encoding FLOPs (measured), and the masked-patch
+# error on the unseen photos of inverse-distance interpolation and of the **same trained model**
+# (trained at 0.75) asked to fill more or fewer holes, with the same masks. No training happens
+# here. Interpolation's error is the model-free measure of difficulty: it rises at every step of
+# the ratio. The MAE follows it from 0.5 upward, but not below: with three quarters of the
+# patches visible it is far from the 25% it was trained on, and at 0.25 it is no better than at
+# 0.5.
 
 # %%
 sweep = []
 for ratio in cfg.sweep_ratios:
-    torch.manual_seed(cfg.seed)
-    v = ViT(image_size=cfg.image_size, patch_size=cfg.patch, dim=cfg.dim, depth=cfg.depth, heads=4).to(device)
-    mm = MAE(v, mask_ratio=ratio, decoder_dim=64).to(device)
-    o = torch.optim.AdamW(mm.parameters(), lr=cfg.lr, weight_decay=0.05)
-    gg = torch.Generator().manual_seed(cfg.seed)
-    h = fit(make_step(mm, o, generator=gg), train.batches(cfg.batch, seed=cfg.seed),
-            steps=cfg.sweep_steps, desc=f"mask {ratio}", progress=False)
+    model.mask_ratio = ratio                  # evaluation only: the model was trained at 0.75
     with torch.no_grad():
-        flops = measure(lambda: mm.forward_encoder(images), model=mm).forward_flops
-    sweep.append({"mask ratio": ratio, "visible tokens": int(L * (1 - ratio)),
-                  "encoder GFLOPs": flops / 1e9, "share of full": (flops - embed_flops) / (full_flops - embed_flops),
-                  "final masked MSE": sum(h.series("loss")[-5:]) / len(h.series("loss")[-5:])})
+        flops = measure(lambda: model.forward_encoder(images), model=model).forward_flops
+    errors = fill_errors(model, cfg.photo_draws, seed=200)
+    n_vis = int(L * (1 - ratio))
+    sweep.append({"mask ratio": ratio, "visible tokens": n_vis,
+                  "share of full (blocks)": (flops - embed_flops) / (full_flops - embed_flops),
+                  "MAE masked MSE": errors["MAE"], "inverse-distance MSE": errors["inverse-distance"]})
+model.mask_ratio = 0.75
 show_table(sweep)
+fig, axes = plt.subplots(1, 2, figsize=(10, 2.8))
+rs = [row["mask ratio"] for row in sweep]
+axes[0].plot(rs, [row["share of full (blocks)"] for row in sweep], "o-")
+axes[0].set_xlabel("mask ratio")
+axes[0].set_ylabel("encoder block FLOPs\n(share of full)")
+axes[1].plot(rs, [row["MAE masked MSE"] for row in sweep], "o-", label="MAE (trained at 0.75)")
+axes[1].plot(rs, [row["inverse-distance MSE"] for row in sweep], "o-", label="inverse-distance")
+axes[1].set_xlabel("mask ratio")
+axes[1].set_ylabel("masked-patch MSE")
+axes[1].legend()
+plt.show()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-shares = [row["share of full"] for row in sweep]
+shares = [row["share of full (blocks)"] for row in sweep]
 assert all(a > b for a, b in zip(shares, shares[1:])), "encoder cost must fall as the mask ratio rises"
 for row in sweep:
-    assert row["share of full"] <= 1 - row["mask ratio"] + 1e-9
+    fv = row["visible tokens"] / L
+    assert fv * fv - 1e-9 <= row["share of full (blocks)"] <= fv + 1e-9
+if cfg.claim_trends:
+    idw_errs = [row["inverse-distance MSE"] for row in sweep]
+    assert all(a < b for a, b in zip(idw_errs, idw_errs[1:])), f"difficulty should rise with the ratio: {idw_errs}"
+    mae_errs = {row["mask ratio"]: row["MAE masked MSE"] for row in sweep}
+    from_half = [e for r, e in mae_errs.items() if r >= 0.5]
+    assert all(a < b for a, b in zip(from_half, from_half[1:])), f"MAE error should rise from 0.5 up: {mae_errs}"
+    assert mae_errs[0.25] >= mae_errs[0.5], f"the prose says 0.25 is no better than 0.5: {mae_errs}"
+
+# %% [markdown]
+# What this sweep cannot show: *which ratio trains the best representation*. The paper finds a high
+# ratio, 75%, works well for both fine-tuning and linear probing (He et al. 2022, Fig. 5), after 800
+# epochs of ImageNet. Showing that here would take one full training run and probe per ratio, each
+# long enough to separate them; our single run moves the probe only a few points above random init,
+# so we do not attempt it. The lesson claims only what it measures: a higher ratio makes the encoder
+# cheaper and the fill-in task harder.
 
 # %% [markdown]
 # ## The boundary
 #
 # - The saving is in the **encoder**. The decoder still processes all L tokens, the loss still
-#   needs all targets, and the patch embedding runs on every patch; a heavy decoder would eat the
-#   gain. The paper's 3× wall-clock figure is for ViT-L with a decoder of ~9% of its FLOPs.
-# - FLOPs fall to (1−r) for the linear layers and to (1−r)² for attention, so the measured ratio
-#   is *below* 1−r when tokens are many relative to the width; step time follows FLOPs only when
-#   the work is large enough to keep the hardware busy (not at CI scale).
+#   needs all targets, and the patch embedding runs on every patch. Measured above: the encoder
+#   alone keeps a little over 4× fewer bytes for backward, but the whole step only between 2×
+#   and 3× fewer (figures below), because the decoder — here as wide as the encoder — keeps the
+#   same bytes in both arms. The heavier the decoder relative to the encoder, the less is saved;
+#   the paper's 3× (or more) wall-clock figure is for ViT-L with a decoder of under 10% of the
+#   encoder's computation per token.
+# - FLOPs fall to f for the linear layers and to f² for attention (f = visible fraction), so the
+#   measured ratio is *below* f when tokens are many relative to the width; step time follows
+#   FLOPs only when the work is large enough to keep the hardware busy (not at CI scale).
 # - Dropping tokens works because a ViT treats its input as a *set*; a CNN cannot skip masked
 #   pixels this way (it would need sparse convolutions).
-# - A low reconstruction error is not the goal: MAE's representation is judged by fine-tuning or
-#   probing, and a toy run on 32-pixel crops says nothing about ImageNet transfer.
+# - A low reconstruction error is not the goal, and at this scale the MAE does not even beat
+#   interpolation at it; its representation is judged by probing or fine-tuning, and a few
+#   minutes on 32-pixel crops says nothing about ImageNet transfer.
+
+# %%
+print(f"kept for backward, {cfg.depth}-block encoder: encoder alone {encoder_kept_ratio:.2f}x fewer bytes, "
+      f"whole step {step_kept_ratio:.2f}x; encoder block FLOPs {block_ratio:.3f} of full; "
+      f"measured step time {speedup:.2f}x faster")
 
 # %% [markdown]
 # ## Exercises
@@ -434,7 +684,13 @@ assert abs(encoder_flop_share(64, 64, 0.5) - _measured_share(32, 4, 64, 0.5)) < 
 headline(
     visible_tokens_per_image=kept,
     encoder_block_flop_ratio=block_ratio,
+    kept_for_backward_ratio_step=step_kept_ratio,
+    kept_for_backward_ratio_encoder=encoder_kept_ratio,
     step_speedup_visible_only=speedup,
-    photo_masked_mse=photo_loss,
-    photo_mean_patch_baseline=mean_baseline,
+    photo_mse_mae=photo_errors["MAE"],
+    photo_mse_mean_visible_patch=photo_errors["mean visible patch"],
+    photo_mse_inverse_distance=photo_errors["inverse-distance"],
+    probe_random_init=random_probe["linear"],
+    probe_mae=mae_probe["linear"],
+    probe_mae_norm_pix=norm_probe["linear"],
 )

@@ -488,7 +488,7 @@ for K, r in sweep.items():
     p = probe_at(r, cfg.sweep_steps)
     sweep_rows.append({"K": K, "batch": cfg.batch, "negatives per anchor": K,
                        "max key age (steps)": math.ceil(K / cfg.batch), "cache MB": rec.cache_bytes / 1e6,
-                       "activation MB": rec.activation_bytes / 1e6,
+                       "activation MB": rec.activation_bytes / 1e6, "log(1+K)": math.log(1 + K),
                        f"loss, last 50 of {cfg.sweep_steps}": sum(r["history"].series("loss")[cfg.sweep_steps - 50:cfg.sweep_steps]) / 50
                        if cfg.sweep_steps >= 50 else r["history"].series("loss")[cfg.sweep_steps - 1],
                        f"linear @ {cfg.sweep_steps}": p["linear"], f"kNN @ {cfg.sweep_steps}": p["knn"]})
@@ -517,7 +517,6 @@ print(f"At batch {cfg.batch} every anchor gets K negatives: {', '.join(map(str, 
 
 # %%
 # NBVAL_CHECK_OUTPUT
-ks = [row["K"] for row in sweep_rows]
 for row in sweep_rows:      # K negatives per anchor at a fixed batch; the cache is K·(4d + 16) + 16 bytes
     assert row["cache MB"] * 1e6 == row["K"] * (4 * cfg.dim + 16) + 16
 assert all(a["activation MB"] < b["activation MB"] for a, b in zip(sweep_rows, sweep_rows[1:])), \

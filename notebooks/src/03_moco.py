@@ -47,26 +47,30 @@ cfg = config(
             sweep_queues=(32, 64, 128), sweep_steps=6, lr=2e-3,
             temperature=0.2, crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
             min_probe_gain=None, max_probe_gain=None, stale_cos_m099_min=None, stale_cos_m0_max=None,
-            sweep_probe_spread=None, shuffle_loss_gap_min=None, shuffle_probe_gap_max=None,
-            loss_climb_tol=None,
+            sweep_probe_spread=None, shuffle_loss_gap_max=None, shuffle_probe_gap_max=None,
+            fingerprint_max=None, loss_climb_tol=None,
             train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
     default=dict(image_size=16, width=16, blocks=(1, 1, 1),
                  batch=128, queue=1024, dim=64, steps=1200, stale_steps=100, probe_every=200,
                  sweep_queues=(256, 1024, 4096), sweep_steps=600, lr=2e-3, temperature=0.2,
                  crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
-                 min_probe_gain=0.15, max_probe_gain=0.35,   # measured +29 points at 1200 steps
-                 stale_cos_m099_min=0.98, stale_cos_m0_max=0.95,  # measured 0.994 and 0.850
-                 sweep_probe_spread=0.06,   # K=256/1024/4096 probes at 600 steps measured within 5 points
-                 shuffle_loss_gap_min=0.05, shuffle_probe_gap_max=0.03,
-                 loss_climb_tol=0.5,   # measured: steps 9-16 within 0.3 nats of log(1+K)
+                 # calibrated on one default run (one seed): gain +29.3 points at 1200 steps;
+                 # cos at age 8: 0.994 (m=0.99), 0.850 (m=0); sweep probes within 4.6 points;
+                 # shuffle on/off: loss -0.009, probe -0.9 points, fingerprints < 0.01;
+                 # loss over steps 9-16 0.28 nats below log(1+K)
+                 min_probe_gain=0.15, max_probe_gain=0.35,
+                 stale_cos_m099_min=0.98, stale_cos_m0_max=0.95,
+                 sweep_probe_spread=0.06,
+                 shuffle_loss_gap_max=0.05, shuffle_probe_gap_max=0.03, fingerprint_max=0.02,
+                 loss_climb_tol=0.5,
                  train_limit=5000, probe_train=2000, probe_test=1000, dataset="shapes"),
     gpu=dict(image_size=32, width=64, blocks=(2, 2, 2, 2),  # CIFAR ResNet-18
              batch=256, queue=16384, dim=128, steps=3000, stale_steps=100, probe_every=500,
              sweep_queues=(4096, 16384, 65536), sweep_steps=1000,
              lr=2e-3, temperature=0.2, crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False,
              min_probe_gain=0.15, max_probe_gain=None, stale_cos_m099_min=None, stale_cos_m0_max=None,
-             sweep_probe_spread=None, shuffle_loss_gap_min=None, shuffle_probe_gap_max=None,
-             loss_climb_tol=None,
+             sweep_probe_spread=None, shuffle_loss_gap_max=None, shuffle_probe_gap_max=None,
+             fingerprint_max=None, loss_climb_tol=None,
              train_limit=None, probe_train=10000, probe_test=10000, dataset="cifar10"),
 )
 # the K = cfg.queue arm of the queue sweep is the main run, read at step sweep_steps
@@ -626,18 +630,23 @@ print("cos(query, own key) with the key in its query's BN group minus with a for
       ", ".join(f"{n}-trained {v:+.4f}" for n, v in fingerprint.items()))
 
 # %%
-if cfg.shuffle_loss_gap_min is not None:   # CI: a handful of steps, nothing to compare
-    assert shuffle_loss_gap >= cfg.shuffle_loss_gap_min, "without the shuffle the loss is easier to lower"
-    assert abs(shuffle_probe_gap) <= cfg.shuffle_probe_gap_max, "...but the representation is not better"
+if cfg.shuffle_loss_gap_max is not None:   # CI: a handful of steps, nothing to compare
+    # what this budget shows is a null result: asserted, so that a leak that did show would fail here
+    assert abs(shuffle_loss_gap) <= cfg.shuffle_loss_gap_max, "no loss advantage without the shuffle here"
+    assert abs(shuffle_probe_gap) <= cfg.shuffle_probe_gap_max, "no probe difference here"
+    assert all(abs(v) <= cfg.fingerprint_max for v in fingerprint.values()), "no learned BN fingerprint here"
 
 # %% [markdown]
-# What this scale shows: without the shuffle the training loss ends lower, by at least
-# `shuffle_loss_gap_min` over the last steps of the window, while the linear probe is no better
-# (within `shuffle_probe_gap_max`; figures printed above): a lower loss that buys no better
-# features is what a leak looks like. What it does not show: the paper's finding that the leak
-# *hurts* the representation; within this budget the probe difference is small either way. The
-# last printed line measures the fingerprint directly — how much closer a query is to its own key
-# when that key was normalised with the query's BN group rather than with foreign images.
+# What this scale shows, said plainly: **no training signal of the leak.** Without the shuffle the
+# loss is not lower (within `shuffle_loss_gap_max` over the last steps of the window), the linear
+# probe is not different (within `shuffle_probe_gap_max`), and the last printed line, which
+# measures the fingerprint directly — how much closer a query is to its own key when that key was
+# normalised with its query's BN group rather than with a group of mostly foreign images — stays
+# under `fingerprint_max` cosine for both arms: the unshuffled encoder did not learn to use the
+# batch statistics in this many steps (figures printed above; one seed). What the paper reports —
+# a loss that drops by cheating and a worse representation — needs more training than this
+# budget; here the shuffle's effect is the overlap, measured exactly: from all of a key's BN group
+# shared with its query's group to about half of it.
 
 # %% [markdown]
 # ## The boundary

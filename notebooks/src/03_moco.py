@@ -540,8 +540,9 @@ if cfg.sweep_probe_spread is not None:    # what this budget shows, and what it 
 # What does *not* show at this budget: the paper's gain from a larger dictionary. After
 # `sweep_steps` steps the probes of the three queue sizes lie within `sweep_probe_spread` of each
 # other and the largest K is not ahead (the figures are printed above); the paper's gain appears
-# over hundreds of ImageNet epochs with a ResNet-50, and at the start of training a larger queue
-# mostly holds more keys of a nearly random encoder. We do not claim it here.
+# over hundreds of ImageNet epochs with a ResNet-50. A plausible reason, not measured here: early
+# in training a larger queue mostly holds more keys of a nearly random encoder, and its keys are
+# older. We do not claim the gain here.
 
 # %% [markdown]
 # ### Experiment: shuffle-BN on and off
@@ -657,8 +658,8 @@ if cfg.shuffle_loss_gap_max is not None:   # CI: a handful of steps, nothing to 
 #   network (no gradients, no optimizer state), and it does not shrink when K does.
 # - Cached keys are stale by construction: up to K/B steps old. A larger K means older keys, which
 #   is why K and m are tuned together.
-# - The queue is training state. Resuming without it (lesson 10) restarts with random negatives:
-#   the loss jumps, and a run saved with the weights only cannot be continued bit for bit.
+# - The queue is training state. Resuming without it restarts with random negatives, and a run
+#   saved with the weights only cannot be continued bit for bit (lesson 10 measures this).
 # - Shuffle-BN on one device with G groups leaves about 1/G of a key's BN group shared with its
 #   query's group. Across real GPUs it also shuffles which samples share statistics across
 #   devices; the single-device split-BN here reproduces the statistics, not the communication.

@@ -4,8 +4,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course_utils.objectives.moco import (FeatureQueue, MoCo, encode_in_groups, queue_staleness,
-                                          shuffle_batch, unshuffle_batch)
+from course_utils.objectives.moco import (FeatureQueue, MoCo, bn_group_overlap, encode_in_groups,
+                                          queue_staleness, shuffle_batch, unshuffle_batch)
 
 
 def _tagged(start, b, dim):
@@ -205,3 +205,42 @@ def test_runs_on_cuda():
     x = torch.rand(4, 3, 4, 4, device="cuda")
     model(x, x, ids=torch.arange(4), generator=torch.Generator().manual_seed(0)).backward()
     assert model.queue.keys.is_cuda and int(model.queue.ptr) == 4
+
+
+def test_unshuffled_keys_use_their_querys_bn_group():
+    # shuffle_keys=False: each key is normalised with exactly its query's group (the BN leak)
+    model = MoCo(*_parts(), queue_size=16, bn_groups=2, shuffle_keys=False)
+    x = torch.rand(8, 3, 4, 4)
+    expected = F.normalize(encode_in_groups(model.key_encoder, x, 2), dim=1)
+    assert torch.equal(model.encode_keys(x, torch.Generator().manual_seed(1)), expected)
+    shuffled = MoCo(*_parts(), queue_size=16, bn_groups=2)
+    assert not torch.allclose(shuffled.encode_keys(x, torch.Generator().manual_seed(1)), expected, atol=1e-4)
+    with pytest.raises(TypeError):
+        MoCo(*_parts(), shuffle_keys="yes")
+
+
+def _overlap_by_hand(perm, groups):
+    b, size = len(perm), len(perm) // groups
+    query_group = [set(range(g * size, (g + 1) * size)) for g in range(groups)]
+    key_group = [set(perm[g * size:(g + 1) * size].tolist()) for g in range(groups)]
+    out = []
+    for i in range(b):
+        kg = next(s for s in key_group if i in s)
+        out.append(len(kg & query_group[i // size]) / size)
+    return out
+
+
+@pytest.mark.parametrize("b, groups", [(10, 2), (12, 3), (16, 4), (8, 1)])
+def test_bn_group_overlap_is_exact(b, groups):
+    g = torch.Generator().manual_seed(b)
+    for _ in range(5):
+        perm = torch.randperm(b, generator=g)
+        assert torch.allclose(bn_group_overlap(perm, groups), torch.tensor(_overlap_by_hand(perm, groups)))
+    assert (bn_group_overlap(torch.arange(b), groups) == 1).all()   # no shuffle: the same group
+
+
+def test_bn_group_overlap_mean_is_about_one_over_groups():
+    g, b, groups = torch.Generator().manual_seed(0), 128, 2
+    mean = torch.stack([bn_group_overlap(torch.randperm(b, generator=g), groups) for _ in range(500)]).mean()
+    size = b // groups
+    assert abs(mean.item() - (1 + (size - 1) ** 2 / (b - 1)) / size) < 0.005

@@ -18,8 +18,11 @@ f_k jump with f_q every step and the queue mixes incomparable keys (the paper re
 BatchNorm leak: with one BN batch for all queries, a sample can tell which key is its positive
 through batch statistics. MoCo shuffles keys across GPUs ("shuffle BN"). On one device we do the
 same with `bn_groups` virtual devices: the batch is encoded as G separate chunks (each chunk has
-its own BN statistics), and keys are shuffled before chunking, so a query and its positive key
-never share a BN group's composition. G=1 turns the protection off.
+its own BN statistics), and keys are shuffled before chunking, so the BN group that normalises a
+key is a random draw, not the query's own group. With G groups a key's group still shares about
+1/G of its members with its query's group (`bn_group_overlap` computes it exactly), so on one
+device the shuffle *reduces* the leak rather than removing it. G=1, or shuffle_keys=False, turns
+the protection off (every key is normalised with exactly its query's group).
 
 Shapes: queue.keys K×d (registered buffer: in the state dict, in checkpoints, in the ledger's
 cache line, K·d·4 bytes in fp32); queue.ptr 0-dim int64; queue.written_at, queue.ids K int64.
@@ -119,6 +122,25 @@ def encode_in_groups(encoder: nn.Module, x: torch.Tensor, groups: int) -> torch.
     return torch.cat([encoder(chunk) for chunk in x.chunk(groups)])
 
 
+def bn_group_overlap(perm: torch.Tensor, groups: int) -> torch.Tensor:
+    """Exact BN-group overlap of shuffle-BN, per sample.
+
+    Queries are encoded in ``groups`` contiguous chunks of the batch; keys are encoded as the
+    chunks of ``x[perm]``. For each sample i, returns the fraction of the members of the BN group
+    that normalised key i that also sit in the BN group that normalised query i (1.0 = the key
+    saw exactly its query's batch statistics; groups=1 or perm = identity give 1.0 everywhere).
+    """
+    b = perm.shape[0]
+    size = -(-b // groups)                                   # torch.chunk's chunk size
+    query_group = torch.arange(b) // size                    # sample -> its query group
+    position = torch.argsort(perm.cpu())                     # sample -> its row in x[perm]
+    key_group_rows = position // size                        # sample -> its key group
+    members = query_group[perm.cpu()]                        # row -> query group of its sample
+    same = members.unsqueeze(0) == query_group.unsqueeze(1)  # [i, row]: row's sample in i's query group
+    in_key_group = (torch.arange(b) // size).unsqueeze(0) == key_group_rows.unsqueeze(1)
+    return (same & in_key_group).sum(1).float() / in_key_group.sum(1).float()
+
+
 def _output_dim(projector: nn.Module) -> int:
     """The width of the projector's output: ``.out_dim`` or the last Linear's out_features."""
     if isinstance(getattr(projector, "out_dim", None), int):
@@ -141,13 +163,15 @@ class MoCo(Objective):
     """
 
     def __init__(self, backbone: nn.Module, projector: nn.Module, *, queue_size: int = 1024,
-                 momentum: float = 0.99, temperature: float = 0.2, bn_groups: int = 2):
+                 momentum: float = 0.99, temperature: float = 0.2, bn_groups: int = 2,
+                 shuffle_keys: bool = True):
         super().__init__()
         checks.instance(backbone, "backbone", nn.Module)
         checks.instance(projector, "projector", nn.Module)
         self.momentum = checks.fraction(momentum, "momentum", closed_right=True, hint="typical 0.99-0.999")
         self.temperature = checks.positive_float(temperature, "temperature", hint="typical 0.07-0.2")
         self.bn_groups = checks.positive_int(bn_groups, "bn_groups", hint="1 = no shuffle-BN")
+        self.shuffle_keys = checks.instance(shuffle_keys, "shuffle_keys", bool)
         self.encoder = backbone
         self.query_encoder = nn.Sequential(backbone, projector)
         self.key_encoder = copy.deepcopy(self.query_encoder)  # starts identical to the query encoder
@@ -175,8 +199,8 @@ class MoCo(Objective):
 
     @torch.no_grad()
     def encode_keys(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        if self.bn_groups == 1:
-            return F.normalize(self.key_encoder(x), dim=1)
+        if self.bn_groups == 1 or not self.shuffle_keys:   # each key normalised with its query's group
+            return F.normalize(encode_in_groups(self.key_encoder, x, self.bn_groups), dim=1)
         shuffled, unshuffle = shuffle_batch(x, generator)           # mix the BN groups
         k = encode_in_groups(self.key_encoder, shuffled, self.bn_groups)
         return F.normalize(unshuffle_batch(k, unshuffle), dim=1)

@@ -54,7 +54,8 @@ cfg = config(
                  temperatures=(0.2, 1.0),          # the temperature experiment: same run, T changed
                  crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, accumulation=4,
                  min_probe_gain=0.15,              # thresholds the default run is asserted against
-                 min_shortcut_loss_gap=1.0, colour_probe_below_random=True, temperature_probe_gap=0.0,
+                 min_shortcut_loss_gap=1.0, colour_probe_below_random=True,
+                 temperature_probe_gap=None,      # no claim at this budget: see the temperature experiment
                  ledger_batches=[16, 32, 64, 128], train_limit=5000, probe_train=2000, probe_test=1000,
                  dataset="shapes"),
     gpu=dict(image_size=32, width=64, blocks=(2, 2, 2, 2),  # CIFAR ResNet-18
@@ -367,10 +368,11 @@ assert replay == losses[:3], "a fresh run of the same recipe must retrace the ma
 # random quarter turns. The paper trains for hundreds of epochs, and the gpu scale (CIFAR-10,
 # ResNet, thousands of steps) is the run for claims about representation quality.
 #
-# The random-init encoder does not start at the chance level log(2N−1): at initialisation the
-# views of different images already have large cosine similarities (a random CNN maps these
-# images to similar directions), so the start printed above is not the log(2N−1) of the exact
-# construction.
+# The random-init encoder does not start at the chance level log(2N−1) of the exact construction:
+# its projections of different images are far from orthogonal and their similarities spread
+# out, and at T = `temperature` a spread alone moves the loss away from log(2N−1) (by Jensen,
+# logsumexp of the candidates' s/T is at least log(2N−1) plus their mean s/T). The real start is
+# printed above next to the chance level; nothing is asserted about it.
 
 # %% [markdown]
 # ### Temperature: an identity, then an experiment
@@ -435,7 +437,15 @@ if cfg.temperature_probe_gap is not None:
         f"T={t_low} should beat T={t_high} on the probe by > {100 * cfg.temperature_probe_gap:.0f} points"
 
 # %% [markdown]
-# TEMPERATURE_RESULT
+# What this run can and cannot say. At `ablation_steps` steps the two temperatures' probes differ
+# by the amount printed above, while the main temperature's own gain over random init at that
+# step is small as well (compare the random-init row): one seed at this budget cannot tell such a
+# difference from run-to-run noise, so no direction is asserted here (`temperature_probe_gap` is
+# None at every scale that has not measured it). Chen et al. (2020, Table 5) report that with
+# normalised embeddings T = 0.1 beats T = 1 by several points on ImageNet; showing that
+# needs each temperature trained as long as the main run, which does not fit the CPU budget. The
+# code path is the experiment: set `temperature_probe_gap` once a longer run (gpu scale) has
+# measured the gap.
 
 # %% [markdown]
 # ### Experiment: without colour distortion, the encoder takes the colour shortcut
@@ -488,12 +498,23 @@ print(f"loss at step {cfg.ablation_steps}: {with_c['loss (last 3 steps)']:.3f} w
 if cfg.min_shortcut_loss_gap is not None:
     assert shortcut_loss_gap > cfg.min_shortcut_loss_gap, "the shortcut makes the task easy"
     assert without_c["colour R²"] > with_c["colour R²"], "the no-colour features keep more colour"
+    assert with_c["colour R²"] < random_colour_r2, "colour jitter teaches the encoder to drop colour"
 if cfg.colour_probe_below_random:
     assert without_c["linear"] < random_probe["linear"], "the shortcut makes the features worse than random for shape"
     assert without_c["linear"] < with_c["linear"]
 
 # %% [markdown]
-# COLOUR_RESULT
+# Without colour distortion the loss at the same step is far lower (the gap is printed; at default
+# scale it is asserted above `min_shortcut_loss_gap`): the task got easy. Read the colour R²
+# against the random-init row: a random CNN's features already let a linear map read off each
+# image's mean colour, so training *removes* colour, or keeps it. The colour-jitter arm's features
+# carry less colour than at initialisation (asserted); the no-colour arm's carry more than the
+# jitter arm's (asserted): it kept what the jitter taught the other arm to drop. The strongest
+# evidence is the shape probe: after the same steps, the no-colour arm's linear probe is *below
+# the random-init encoder's* (asserted at default scale): training on the colour shortcut made the
+# features worse for shape than no training at all. The colour jitter exists to take that
+# shortcut away. One seed and `ablation_steps` steps: this shows the mechanism, not the size of
+# the effect in a full-length run.
 
 # %% [markdown]
 # ## The boundary

@@ -63,6 +63,21 @@ def test_accumulation_sums_micro_batch_gradients():
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(p1, p4))
 
 
+def test_accumulation_is_not_exact_with_batchnorm_in_train_mode():
+    """BatchNorm normalises with each micro-batch's statistics: even a supervised loss changes.
+    In eval mode (running statistics) every sample is processed on its own and it is exact."""
+    def grads(train_mode, accumulation):
+        torch.manual_seed(0)
+        model = Supervised(SmallResNet(width=4, num_classes=3))
+        model.train(train_mode)
+        make_step(model, torch.optim.SGD(model.parameters(), lr=0.0), accumulation=accumulation)((IMAGES, LABELS))
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+    for train_mode, exact in ((True, False), (False, True)):
+        g1, g4 = grads(train_mode, 1), grads(train_mode, 4)
+        gap = ((g1 - g4).norm() / g1.norm()).item()
+        assert (gap < 1e-5) == exact, (train_mode, gap)
+
+
 def test_simclr_accumulation_shrinks_the_candidates():
     losses = {}
     for k in (1, 4):

@@ -120,3 +120,15 @@ def test_cuda_matches_cpu():
     cpu = nt_xent_loss(z1, z2, 0.3, extra)
     gpu = nt_xent_loss(z1.cuda(), z2.cuda(), 0.3, extra.cuda())
     assert torch.allclose(cpu, gpu.cpu(), atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 4, 16, 128])
+@pytest.mark.parametrize("t", [0.1, 0.5, 1.0])
+def test_chance_level_is_exactly_log_2n_minus_1(n, t):
+    # 2N orthonormal rows: every similarity between different rows is 0, positives included,
+    # so each anchor's loss is log(sum of 2N-1 ones), for any temperature
+    eye = torch.eye(2 * n, dtype=torch.float64)
+    assert abs(nt_xent_loss(eye[:n], eye[n:], t).item() - math.log(2 * n - 1)) < 1e-9
+    # positives identical to their anchor, negatives orthogonal: -1/T + log(e^(1/T) + 2N-2)
+    expected = -1 / t + math.log(math.exp(1 / t) + 2 * n - 2)
+    assert abs(nt_xent_loss(eye[:n], eye[:n], t).item() - expected) < 1e-9

@@ -47,7 +47,8 @@ cfg = config(
             crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, accumulation=4,
             min_probe_gain=None, min_shortcut_loss_gap=None, colour_probe_below_random=None,
             temperature_probe_gap=None,
-            ledger_batches=[8, 16, 32], train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
+            ledger_batches=[8, 16, 32], gc_batch=16, gc_chunk=4, gc_tile=8, gc_sweep=[8, 16, 32],
+            gc_budget_mb=16, train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
     default=dict(image_size=16, width=16, blocks=(1, 1, 1),
                  batch=128, steps=600, ablation_steps=200, lr=2e-3,
                  temperature=0.2,                  # the main run's T (lesson 05 keeps its own; see there)
@@ -56,7 +57,9 @@ cfg = config(
                  min_probe_gain=0.15,              # thresholds the default run is asserted against
                  min_shortcut_loss_gap=1.0, colour_probe_below_random=True,
                  temperature_probe_gap=None,      # no claim at this budget: see the temperature experiment
-                 ledger_batches=[16, 32, 64, 128], train_limit=5000, probe_train=2000, probe_test=1000,
+                 ledger_batches=[16, 32, 64, 128], gc_batch=128, gc_chunk=16, gc_tile=64,
+                 gc_sweep=[32, 64, 128, 256], gc_budget_mb=256,
+                 train_limit=5000, probe_train=2000, probe_test=1000,
                  dataset="shapes"),
     gpu=dict(image_size=32, width=64, blocks=(2, 2, 2, 2),  # CIFAR ResNet-18
              batch=512, steps=3000, ablation_steps=1000, lr=2e-3,
@@ -64,7 +67,9 @@ cfg = config(
              crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False, accumulation=4,
              min_probe_gain=0.15, min_shortcut_loss_gap=None, colour_probe_below_random=None,
              temperature_probe_gap=None,
-             ledger_batches=[64, 128, 256, 512], train_limit=None, probe_train=10000, probe_test=10000,
+             ledger_batches=[64, 128, 256, 512], gc_batch=512, gc_chunk=64, gc_tile=256,
+             gc_sweep=[128, 256, 512, 1024], gc_budget_mb=4096,
+             train_limit=None, probe_train=10000, probe_test=10000,
              dataset="cifar10"),
 )
 device = setup(SCALE, seed=cfg.seed)
@@ -80,10 +85,10 @@ augment = SimCLRAugment(cfg.image_size, crop_scale=cfg.crop_scale, color_strengt
 print(train, test, sep="\n")
 
 
-def build_simclr(width=cfg.width, temperature=cfg.temperature, seed=cfg.seed):
+def build_simclr(width=cfg.width, temperature=cfg.temperature, seed=cfg.seed, tile=None):
     torch.manual_seed(seed)
     backbone = SmallResNet(width=width, blocks=cfg.blocks)
-    return SimCLR(backbone, ProjectionHead(backbone.feature_dim, 128, 64), temperature).to(device)
+    return SimCLR(backbone, ProjectionHead(backbone.feature_dim, 128, 64), temperature, tile=tile).to(device)
 
 # %% [markdown]
 # ## The problem
@@ -515,6 +520,195 @@ if cfg.colour_probe_below_random:
 # features worse for shape than no training at all. The colour jitter exists to take that
 # shortcut away. One seed and `ablation_steps` steps: this shows the mechanism, not the size of
 # the effect in a full-length run.
+
+# %% [markdown]
+# ## More candidates without more back-propagated images: gradient caching and a tiled loss
+#
+# **The problem.** Accumulation above cut the "kept for backward" line by k and took the candidates
+# with it. The source's sentence says it need not: *needing more things to compare against does not
+# have to mean back-propagating through more images at once.* Lesson 03 answers with history
+# (MoCo, candidates from earlier steps). Two answers keep this step's batch, and are exact.
+#
+# **The mechanism.**
+# - *Gradient caching* (Gao et al., 2021). The loss couples the images only through their
+#   embeddings z (2N×d). So: (1) embed every view without a graph; (2) compute the loss and
+#   g = ∂loss/∂z with z as a leaf; (3) embed again chunk by chunk *with* a graph and back-propagate
+#   each chunk's slice of g. The sum over chunks is the full-batch gradient; every anchor keeps its
+#   2N − 1 candidates; the encoder keeps one chunk's activations; the price is one extra forward.
+#   In the kit: `make_step(model, opt, augment=..., chunks=k)`.
+# - *A tiled loss* (the idea of Inf-CL, 2024, and FlashAttention). What still grows as N² is the
+#   loss's 2N×2N logits. `nt_xent_loss_tiled` computes them a block of rows at a time with a
+#   log-sum-exp per row, keeps only Z and the 2N log-sum-exps, and recomputes each block in backward:
+#   O(N·d) kept. In the kit: `SimCLR(..., tile=t)`.
+#
+# **Worked example: four ledgers at the same N.** The same encoder and batch, four ways to take
+# one step.
+
+# %%
+import numpy as np
+import torch.nn as nn
+
+from course_utils.objectives.simclr import nt_xent_loss_tiled
+
+
+def gc_step(method, n):
+    """-> (model, optimizer, step) for one of the four ways, on lesson 02's encoder."""
+    model = build_simclr(tile=cfg.gc_tile if method.endswith("tiled") else None)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)            # lr 0: measure, do not move
+    k = n // cfg.gc_chunk
+    kwargs = {"accumulation": dict(accumulation=k), "naive": {}}.get(method, dict(chunks=k))
+    return model, opt, make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0), **kwargs)
+
+
+GC_METHODS = ["naive", "accumulation", "gradient caching", "gradient caching + tiled"]
+gc_rows, gc_records = [], {}
+for method in GC_METHODS:
+    model, opt, step = gc_step(method, cfg.gc_batch)
+    rec = measure(lambda: step((train.images[:cfg.gc_batch], None)), model=model, optimizer=opt,
+                  encoders={"views encoded": model.encoder})
+    k = cfg.gc_batch // cfg.gc_chunk
+    gc_records[method] = rec
+    gc_rows.append({"method": method, "views encoded": rec.encoded["views encoded"],
+                    "candidates per anchor": 2 * cfg.gc_batch // (k if method == "accumulation" else 1) - 1,
+                    "kept for backward MB": rec.activation_bytes / 1e6, "GFLOPs": rec.flops / 1e9})
+show_table(gc_rows)
+
+# %% [markdown]
+# Read the ledger: gradient caching encodes every view twice (the "repeated" line of the ledger:
+# pass 1 without a graph, pass 3 with one) and so spends more FLOPs, keeps the candidates of the
+# naive step, and keeps for backward what a chunk of `gc_chunk` images needs, like accumulation.
+#
+# **The evidence.** First, the update. Gradient caching must give the *same* parameter update as
+# the naive step, and accumulation must not. Exactness holds when nothing but the loss couples the
+# images, so this check uses an fp64 encoder without BatchNorm (the boundary below says what BN
+# changes):
+
+# %%
+def fp64_update(**kwargs):
+    torch.manual_seed(cfg.seed)
+    encoder = nn.Sequential(nn.Flatten(), nn.Linear(3 * cfg.image_size ** 2, 64), nn.ReLU())
+    model = SimCLR(encoder, nn.Linear(64, 32), temperature=cfg.temperature).double()
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0), **kwargs)(
+        train.images[:cfg.gc_batch].double())
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+k = cfg.gc_batch // cfg.gc_chunk
+full_update = fp64_update()
+gap_cached = (fp64_update(chunks=k) - full_update).abs().max().item()
+gap_accumulated = (fp64_update(accumulation=k) - full_update).abs().max().item()
+print(f"max |Δθ| vs the full batch: gradient caching {gap_cached:.1e}, accumulation {gap_accumulated:.1e}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+naive_rec, cached_rec = gc_records["naive"], gc_records["gradient caching"]
+assert cached_rec.encoded["views encoded"] == 2 * naive_rec.encoded["views encoded"], "every view twice"
+assert abs((cached_rec.flops - naive_rec.flops) / naive_rec.forward_flops - 1) < 0.05, \
+    "the extra cost is one more forward pass"
+assert gap_cached < 1e-12, "gradient caching is the full-batch update, up to fp64 rounding"
+assert gap_accumulated > 1e6 * max(gap_cached, 1e-18), "accumulation optimises another objective"
+
+# %% [markdown]
+# Second, the tiled loss is the plain loss, in value and gradients (fp64, random embeddings):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+_g = torch.Generator().manual_seed(0)
+_z1, _z2 = (torch.randn(cfg.gc_batch, 32, generator=_g, dtype=torch.float64, requires_grad=True)
+            for _ in range(2))
+_plain, _tiled = nt_xent_loss(_z1, _z2, 0.2), nt_xent_loss_tiled(_z1, _z2, 0.2, tile=cfg.gc_tile)
+assert abs(_plain.item() - _tiled.item()) < 1e-12
+assert all(torch.allclose(a, b, atol=1e-12, rtol=0) for a, b in
+           zip(torch.autograd.grad(_plain, (_z1, _z2)), torch.autograd.grad(_tiled, (_z1, _z2))))
+
+# %% [markdown]
+# Third, the memory forms. Gradient caching never holds the loss's graph and a chunk's graph at
+# the same time (pass 2 ends before pass 3 starts), so its kept-for-backward should be exactly the
+# larger of the two: one chunk through the encoder, or the loss alone on N×d embeddings. With the
+# plain loss that second term grows as N², with the tiled one as N·d. Sweep N and check:
+
+# %%
+def loss_alone_kept(n, tile):
+    z1, z2 = (torch.randn(n, 64, requires_grad=True, device=device) for _ in range(2))
+    loss = (lambda: nt_xent_loss(z1, z2, cfg.temperature)) if tile is None else \
+        (lambda: nt_xent_loss_tiled(z1, z2, cfg.temperature, tile))
+    return measure(lambda: loss().backward()).activation_bytes
+
+
+chunk_model, _, _ = gc_step("naive", cfg.gc_chunk)
+chunk_views = torch.cat([augment(train.images[:cfg.gc_chunk], torch.Generator().manual_seed(0))] * 2)
+chunk_kept = measure(lambda: chunk_model.embed(chunk_views).sum().backward(), model=chunk_model).activation_bytes
+
+gc_sweep = []
+for n in cfg.gc_sweep:
+    row = {"N": n}
+    for method in ("naive", "gradient caching", "gradient caching + tiled"):
+        model, opt, step = gc_step(method, n)
+        row[method] = measure(lambda: step((train.images[:n], None)), model=model).activation_bytes
+    row["predicted caching"] = max(chunk_kept, loss_alone_kept(n, None))
+    row["predicted caching + tiled"] = max(chunk_kept, loss_alone_kept(n, cfg.gc_tile))
+    gc_sweep.append(row)
+show_table([{k: (v / 1e6 if k != "N" else v) for k, v in r.items()} for r in gc_sweep])
+
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ns = [r["N"] for r in gc_sweep]
+for method, style in (("naive", "o-"), ("gradient caching", "s-"), ("gradient caching + tiled", "^-")):
+    ax.plot(ns, [r[method] / 1e6 for r in gc_sweep], style, label=method)
+ax.axhline(cfg.gc_budget_mb, color="gray", ls=":", label=f"budget {cfg.gc_budget_mb} MB")
+ax.set_xscale("log", base=2); ax.set_yscale("log")
+ax.set_xlabel("batch N (images)"); ax.set_ylabel("kept for backward (MB)"); ax.legend(); plt.show()
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for r in gc_sweep:
+    assert r["gradient caching"] == r["predicted caching"], r
+    assert r["gradient caching + tiled"] == r["predicted caching + tiled"], r
+naive_growth = gc_sweep[-1]["naive"] / gc_sweep[0]["naive"]
+assert 0.95 <= naive_growth / (ns[-1] / ns[0]) <= 1.1, "naive: kept for backward ∝ N (the encoder's)"
+tiled_growth = gc_sweep[-1]["gradient caching + tiled"] / gc_sweep[0]["gradient caching + tiled"]
+assert tiled_growth < 1.05, "caching + tiled: one chunk's graph, whatever N"
+
+# %% [markdown]
+# So "which N fits" has a different answer for each. With the forms above (naive: fitted
+# a + bN + cN² on the sweep; caching: the larger of the chunk and the loss, the loss fitted on its
+# own), the largest batch under a budget of `gc_budget_mb`:
+
+# %%
+def loss_fit(tile):
+    sizes = [cfg.gc_sweep[-1] * f for f in (1, 2, 4)]
+    return np.polyfit(sizes, [loss_alone_kept(n, tile) for n in sizes], 2)
+
+
+naive_fit = np.polyfit(ns, [r["naive"] for r in gc_sweep], 2)
+forms = {"naive": lambda n: np.polyval(naive_fit, n),
+         "gradient caching": lambda n, f=loss_fit(None): max(chunk_kept, np.polyval(f, n)),
+         "gradient caching + tiled": lambda n, f=loss_fit(cfg.gc_tile): max(chunk_kept, np.polyval(f, n))}
+budget = cfg.gc_budget_mb * 1e6
+grid = [cfg.gc_chunk * m for m in range(1, 2**20 // cfg.gc_chunk + 1)]
+largest = {m: max([n for n in grid if form(n) <= budget], default=0) for m, form in forms.items()}
+show_table([{"method": m, f"largest N under {cfg.gc_budget_mb} MB": n} for m, n in largest.items()])
+print(f"gradient caching + tiled fits {largest['gradient caching + tiled'] / largest['naive']:.0f}x the "
+      f"naive batch under {cfg.gc_budget_mb} MB (searched up to N = {grid[-1]})")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert largest["naive"] < largest["gradient caching"] <= largest["gradient caching + tiled"]
+
+# %% [markdown]
+# **The boundary.**
+# - The extra forward pass: gradient caching's FLOPs are the naive step's plus one more forward of
+#   the encoder (asserted within 5% above). Accumulation is cheaper when fewer candidates are acceptable; MoCo is
+#   cheaper still when the candidates may be old: its K keys cost K·d numbers and no encoder pass
+#   at all this step, whereas gradient caching still encodes all 2N views, twice.
+# - BatchNorm: each chunk is normalised with its own statistics (both views of its images, the
+#   composition of a smaller SimCLR batch), so with BN the update is that of the chunked statistics,
+#   not of one 2N-view batch. The kit undoes pass 1's running-statistics updates, so they move once
+#   per chunk. Exactness, as asserted above, needs an encoder without batch-dependent layers (or
+#   frozen BN, or per-sample normalisation such as LayerNorm/GroupNorm).
+# - With data parallel, each rank caches its own chunks and the loss gathers every rank's
+#   embeddings: the update equals one large batch on one process (tested on 2 gloo ranks in
+#   `tests/test_gradient_cache.py`).
 
 # %% [markdown]
 # ## The boundary

@@ -829,6 +829,59 @@ assert abs(candidates_and_init_loss(32, 2)[1] - _micro) < 0.05
 # %% [raw]
 # # END QUESTION
 
+# %% [raw]
+# # BEGIN QUESTION
+# name: q3_gradient_caching_memory
+# points: 2
+
+# %% [markdown]
+# **Exercise 3 — predict, then measure.** A gradient-caching step with chunks of `chunk` images:
+# the encoder keeps `per_view_bytes` for each view it back-propagates, and the loss alone on the
+# whole batch's embeddings keeps `loss_bytes`. Before looking at the ledger, write the bytes the
+# step keeps for backward (its peak). The test measures a real step of this lesson's encoder.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def gc_kept_bytes(per_view_bytes, chunk, loss_bytes):
+    # BEGIN SOLUTION
+    return max(2 * chunk * per_view_bytes, loss_bytes)   # pass 2 and pass 3 never overlap
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+def _check_gc_prediction(n):
+    naive_model, _, naive_step = gc_step("naive", n)
+    naive_kept = measure(lambda: naive_step((train.images[:n], None)), model=naive_model).activation_bytes
+    loss_bytes = loss_alone_kept(n, None)
+    per_view = (naive_kept - loss_bytes) / (2 * n)            # the encoder's share, per view
+    model, _, step = gc_step("gradient caching", n)
+    kept = measure(lambda: step((train.images[:n], None)), model=model).activation_bytes
+    predicted = gc_kept_bytes(per_view, cfg.gc_chunk, loss_bytes)
+    assert abs(predicted - kept) <= 0.02 * kept, f"predicted {predicted:.0f} B, measured {kept} B"
+
+
+_check_gc_prediction(cfg.gc_sweep[0])
+
+# %%
+""" # BEGIN TEST CONFIG
+hidden: true
+""" # END TEST CONFIG
+assert gc_kept_bytes(1000, 4, 5000) == 8000 and gc_kept_bytes(1000, 4, 9000) == 9000, \
+    "the peak is the larger of the two passes, not their sum"
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
 # %% [markdown]
 # ## Summary
 

@@ -45,22 +45,35 @@ def random_masking(tokens: torch.Tensor, mask_ratio: float, generator: torch.Gen
         raise ValueError(f"tokens must be B×L×D, got "
                          f"{tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__}; "
                          "embed the patches first (ViT.embed_patches)")
-    mask_ratio = checks.fraction(mask_ratio, "mask_ratio", hint="MAE uses 0.75")
     b, length, dim = tokens.shape
+    len_keep = _len_keep(length, mask_ratio)
+    mask, ids_restore, ids_keep = _draw_mask(tokens, len_keep, generator)
+    visible = torch.gather(tokens, 1, ids_keep.unsqueeze(-1).expand(-1, -1, dim))
+    return visible, mask, ids_restore
+
+
+def _len_keep(length: int, mask_ratio: float) -> int:
+    mask_ratio = checks.fraction(mask_ratio, "mask_ratio", hint="MAE uses 0.75")
     len_keep = int(length * (1 - mask_ratio))
     if len_keep < 1:
         raise ValueError(f"mask_ratio={mask_ratio} keeps int({length}·(1−{mask_ratio})) = 0 of "
                          f"{length} tokens; lower the ratio so at least one token stays visible")
+    return len_keep
+
+
+def _draw_mask(tokens: torch.Tensor, len_keep: int, generator: torch.Generator | None):
+    """The mask half of ``random_masking`` (same noise, same mask) without gathering the visible
+    tokens: → (mask B×L, ids_restore B×L, ids_keep B×L_vis)."""
+    b, length = tokens.shape[:2]
     noise_device = generator.device if generator is not None else tokens.device
     noise = torch.rand(b, length, generator=generator, device=noise_device).to(tokens.device)
     ids_shuffle = torch.argsort(noise, dim=1)              # ascending: small noise is kept
     ids_restore = torch.argsort(ids_shuffle, dim=1)        # inverse permutation
     ids_keep = ids_shuffle[:, :len_keep]                   # B×L_vis
-    visible = torch.gather(tokens, 1, ids_keep.unsqueeze(-1).expand(-1, -1, dim))
     mask = torch.ones(b, length, device=tokens.device, dtype=tokens.dtype)
     mask[:, :len_keep] = 0                                 # in shuffled order ...
     mask = torch.gather(mask, 1, ids_restore)              # ... back to the original order
-    return visible, mask, ids_restore
+    return mask, ids_restore, ids_keep
 
 
 def restore_order(tokens: torch.Tensor, ids_restore: torch.Tensor) -> torch.Tensor:
@@ -203,9 +216,12 @@ class MAE(Objective):
         """→ (latent, mask, ids_restore). latent is B×L_vis×D, or B×L×D with
         mask_tokens_in_encoder (then ids_restore is None: tokens never left their places)."""
         tokens = self.encoder.embed_patches(images)         # B×L×D, positions added
-        visible, mask, ids_restore = random_masking(tokens, self.mask_ratio, generator)
         if not self.mask_tokens_in_encoder:
+            visible, mask, ids_restore = random_masking(tokens, self.mask_ratio, generator)
             return self.encoder.encode_tokens(visible), mask, ids_restore
+        # same noise and mask as random_masking, without gathering visible tokens this arm never
+        # uses (so the encoder's measured bytes hold only what the encoder itself keeps)
+        mask, _, _ = _draw_mask(tokens, _len_keep(tokens.shape[1], self.mask_ratio), generator)
         m = mask.unsqueeze(-1)                              # B×L×1
         filler = self.encoder_mask_token + self.encoder.pos_embed      # 1×L×D: token + position
         tokens = tokens * (1 - m) + filler * m              # masked content replaced

@@ -53,16 +53,19 @@ cfg = config(
                  timing_dim=128, timing_depth=8, timing_batch=64, min_speedup=2.0,
                  ledger_depths=[1, 2, 4, 8], encoder_kept_range=(4.0, 5.0), step_kept_range=(2.0, 3.0),
                  photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=True,
-                 min_loss_drop=0.8, interpolation_wins=True, max_probe_gain=0.15,
+                 min_loss_drop=0.8, interpolation_wins=True, max_probe_gain=0.10,
                  dataset="textures"),
     gpu=dict(image_size=32, patch=4, dim=192, depth=8, batch=256, steps=3000, lr=1.5e-3, limit=None,
-             timing_dim=192, timing_depth=12, timing_batch=256, min_speedup=2.0,
+             timing_dim=192, timing_depth=12, timing_batch=256, min_speedup=None,
              ledger_depths=[2, 4, 8, 16], encoder_kept_range=None, step_kept_range=None,
              photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=False,
              min_loss_drop=None, interpolation_wins=None, max_probe_gain=None,
              dataset="cifar10"),
 )
 device = setup(SCALE, seed=cfg.seed)
+unchecked = [k for k, v in cfg.as_dict().items() if v is None or v is False]
+print(f"{SCALE} scale; thresholds not checked at this scale (their claims are shown, not asserted): "
+      f"{', '.join(unchecked) or 'none'}")
 train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=device,
                      download=SCALE == "gpu", limit=cfg.limit)
 test = load_dataset(cfg.dataset, "test", image_size=cfg.image_size, device=device,
@@ -72,7 +75,7 @@ print(train)
 
 def build_mae(depth=None, mask_ratio=0.75, norm_pix_loss=False, mask_tokens_in_encoder=False, dim=None):
     """The lesson's one MAE: the kit's ViT (seeded, so every arm starts from the same weights) and a
-    one-block decoder as wide as the encoder at the teaching scale. Arms differ only in the arguments."""
+    one-block, 64-wide decoder. Arms differ only in the arguments."""
     torch.manual_seed(cfg.seed)
     v = ViT(image_size=cfg.image_size, patch_size=cfg.patch, dim=dim or cfg.dim,
             depth=depth or cfg.depth, heads=4)
@@ -107,8 +110,9 @@ def build_mae(depth=None, mask_ratio=0.75, norm_pix_loss=False, mask_tokens_in_e
 # 5. The loss is the mean squared error **on the masked patches only**.
 #
 # The variant `MAE(..., mask_tokens_in_encoder=True)` instead replaces the removed tokens by a mask
-# token *inside* the encoder (SimMIM-style): same task, same decoder, full encoder cost. It is the
-# other arm of every cost comparison below.
+# token *inside* the encoder (SimMIM-style): same task, same decoder weights, full encoder cost —
+# except that the decoder's first linear layer (the embedding) then runs on all L tokens instead
+# of the visible ones, and nothing needs un-shuffling. It is the other arm of every cost comparison below.
 
 # %% [markdown]
 # ## Worked example: one image, masked and restored
@@ -123,11 +127,14 @@ print("visible tokens:", visible.flatten().tolist())
 print("mask (1 = removed):", mask.flatten().tolist())
 print("ids_restore:", ids_restore.flatten().tolist())
 filled = torch.cat([visible, torch.full((1, 8 - visible.shape[1], 1), -1.0)], dim=1)
-print("[visible, mask tokens] restored:", restore_order(filled, ids_restore).flatten().tolist())
+restored = restore_order(filled, ids_restore).flatten()
+print("[visible, mask tokens] restored:", restored.tolist())
+kept_here = mask.flatten() == 0
+assert torch.equal(restored[kept_here], tokens.flatten()[kept_here]) and (restored[~kept_here] == -1).all()
 
 # %% [markdown]
-# The two visible tokens come back at their own positions; every other slot holds the mask token
-# (-1 here), exactly where `mask` says 1. Now the same on real images with the kit's ViT, one
+# The visible tokens come back at their own positions; every other slot holds the mask token
+# (-1 here), exactly where `mask` says 1 (the cell asserts both). Now the same on real images with the kit's ViT, one
 # training step measured by the ledger:
 
 # %%
@@ -214,19 +221,21 @@ show_table([{"encoder": "mask tokens in encoder", "forward GFLOPs": full_flops /
             {"encoder": "ratio (blocks), measured", "forward GFLOPs": block_ratio},
             {"encoder": "ratio (blocks), formula", "forward GFLOPs": predicted}])
 print(f"f = {f:.3f}, f² = {f * f:.4f}; attention is {100 * attention_share:.0f}% of a full block's FLOPs, "
-      f"so the ratio sits {(f - block_ratio) / (f - f * f):.0%} of the way from f down to f²")
+      f"so the ratio sits {(f - block_ratio) / (f - f * f):.0%} of the way from f down to f² "
+      f"(the same number by construction: the ratio is (1 − a)·f + a·f² with a = attention's share)")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 assert abs(block_ratio - predicted) < 1e-6 * predicted      # the counter agrees with the formula
 assert f * f <= block_ratio <= f, "between f² (all attention) and f (no attention)"
+assert abs((f - block_ratio) / (f - f * f) - attention_share) < 1e-6   # identity: the weighted mean's weight
 
 # %% [markdown]
 # The first assert is the evidence (PyTorch's FLOP counter against a formula written by hand);
-# the second is a consequence of the formula, shown so the bound reads right: f² = (1−r)², not
-# r·(1−r).
+# the second and third are consequences of the formula (identities, not evidence), shown so the
+# bound reads right: f² = (1−r)², not r·(1−r), and "how far towards f²" is attention's share.
 #
-# ### Kept for backward: between 2× and 3× less, not 4×
+# ### Kept for backward: the step saves less than the encoder
 #
 # Autograd keeps activations alive until the backward pass. The ledger's `activation_bytes`
 # measures the peak of those bytes during one full training step (forward, loss, backward). Two
@@ -259,6 +268,8 @@ show_table(kept_rows)
 lesson = next(r for r in kept_rows if r["encoder blocks"] == cfg.depth)
 step_kept_ratio, encoder_kept_ratio = lesson["step ratio"], lesson["encoder ratio"]
 rest_ratio = lesson["rest MB (visible)"] / lesson["rest MB (mask tok.)"]
+REST_TOLERANCE = 0.15       # "about the same bytes": visible / mask-token arm within 15% of 1
+decoder_dim, decoder_depth = model.decoder.embed.out_features, len(model.decoder.blocks)
 fig, ax = plt.subplots(figsize=(5.5, 3))
 ax.plot(cfg.ledger_depths, [r["encoder ratio"] for r in kept_rows], "o--", label="encoder alone")
 ax.plot(cfg.ledger_depths, [r["step ratio"] for r in kept_rows], "o-", label="whole step")
@@ -268,20 +279,31 @@ ax.set_ylabel("kept for backward:\nmask tokens / visible only")
 ax.set_xscale("log", base=2)
 ax.legend()
 plt.show()
-print(f"{cfg.depth}-block encoder: the whole step keeps {step_kept_ratio:.2f}x fewer bytes with visible-only "
-      f"encoding; the encoder alone {encoder_kept_ratio:.2f}x; everything else keeps "
-      f"{lesson['rest MB (visible)']:.1f} MB vs {lesson['rest MB (mask tok.)']:.1f} MB (ratio {rest_ratio:.2f})")
+print(f"{cfg.depth}-block, {cfg.dim}-wide encoder with a {decoder_depth}-block, {decoder_dim}-wide decoder: "
+      f"the whole step keeps {step_kept_ratio:.2f}x fewer bytes with visible-only encoding; the encoder alone "
+      f"{encoder_kept_ratio:.2f}x (1/(1−r) = {1 / (1 - 0.75):.0f}x); everything else keeps "
+      f"{lesson['rest MB (visible)']:.1f} MB vs {lesson['rest MB (mask tok.)']:.1f} MB (ratio {rest_ratio:.2f}, "
+      f"asserted within {REST_TOLERANCE:.0%} of 1 where checked)")
+print("encoder alone, by depth: " + ", ".join(f"{r['encoder blocks']} blocks {r['encoder ratio']:.2f}x" for r in kept_rows)
+      + "; whole step / encoder alone: " + ", ".join(f"{r['step ratio'] / r['encoder ratio']:.2f}" for r in kept_rows))
+if cfg.encoder_kept_range is not None:
+    print(f"asserted at this scale: encoder alone within {cfg.encoder_kept_range[0]}x–{cfg.encoder_kept_range[1]}x, "
+          f"whole step within {cfg.step_kept_range[0]}x–{cfg.step_kept_range[1]}x at {cfg.depth} blocks; "
+          "both ratios rise with depth")
 
 # %% [markdown]
-# Read the table from the right. The **rest** of the step — decoder, loss — keeps nearly the
-# same bytes in both arms (within 15%, asserted), because it runs on all L tokens either way. The
-# **encoder**
-# keeps a little over 1/(1−r) = 4× fewer bytes: its linear layers' inputs shrink 4×, its L×L
-# attention matrices 16×, while the patch embedding still sees every patch. The whole step is a
-# mix of the two, so its ratio lands between 2× and 3× for the lesson's 4-block encoder and a
-# decoder as wide as the encoder — not 4×. As the encoder gets deeper relative to the fixed
-# decoder, the step's ratio climbs toward the encoder's (the plot); the paper's ViT-L (24 blocks,
-# 1024 wide) with an 8-block, 512-wide decoder sits far to the right.
+# Read the table from the right (figures in the lines printed above). The **rest** of the step —
+# decoder, loss — keeps about the same bytes in both arms (within the printed tolerance, asserted),
+# because it runs on all L tokens either way. The **encoder**'s blocks keep fewer bytes by more than
+# 1/(1−r) at the lesson's depth: their linear layers' inputs shrink by 1/f, their L×L attention
+# matrices by 1/f². What happens before the blocks keeps bytes for all L patches (the patch
+# embedding in both arms; in the visible-only arm also the gather that picks the visible tokens,
+# which keeps its B×L×D input) and does not shrink, so with one block the encoder's ratio is lower,
+# and it rises with depth (asserted). The whole step is a mix of encoder and rest (an identity, asserted below), so its
+# ratio lies well below the encoder's for the lesson's configuration. As the encoder gets deeper
+# relative to the fixed decoder, the step's ratio moves toward the encoder's: whole step / encoder
+# alone rises with depth (asserted; the plot). The paper's ViT-L (24 blocks, 1024 wide, with an
+# 8-block, 512-wide decoder) lies beyond the plotted depths; we did not measure it.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -289,30 +311,39 @@ print(f"{cfg.depth}-block encoder: the whole step keeps {step_kept_ratio:.2f}x f
 assert min(1.0 / rest_ratio, encoder_kept_ratio) <= step_kept_ratio <= max(1.0 / rest_ratio, encoder_kept_ratio)
 if cfg.encoder_kept_range is not None:
     lo, hi = cfg.encoder_kept_range
-    assert lo <= encoder_kept_ratio <= hi, f"encoder alone: {encoder_kept_ratio:.2f}x, expected a little over 4x"
-    assert 0.85 <= rest_ratio <= 1.15, f"decoder + loss should keep about the same bytes in both arms: {rest_ratio:.2f}"
+    assert lo <= encoder_kept_ratio <= hi, f"encoder alone: {encoder_kept_ratio:.2f}x, expected {lo}x–{hi}x"
+    assert abs(rest_ratio - 1) <= REST_TOLERANCE, f"decoder + loss should keep about the same bytes in both arms: {rest_ratio:.2f}"
+    encoder_ratios = [r["encoder ratio"] for r in kept_rows]
+    assert all(a < b for a, b in zip(encoder_ratios, encoder_ratios[1:])), f"fixed cost diluted with depth: {encoder_ratios}"
 if cfg.step_kept_range is not None:
     lo, hi = cfg.step_kept_range
     assert lo <= step_kept_ratio <= hi, f"whole step {step_kept_ratio:.2f}x, expected between {lo}x and {hi}x"
     step_ratios = [r["step ratio"] for r in kept_rows]
-    assert all(a < b for a, b in zip(step_ratios, step_ratios[1:])), "deeper encoder -> ratio closer to the encoder's"
+    assert all(a < b for a, b in zip(step_ratios, step_ratios[1:])), "deeper encoder -> step saves more"
+    toward = [r["step ratio"] / r["encoder ratio"] for r in kept_rows]
+    assert all(a < b for a, b in zip(toward, toward[1:])), f"deeper encoder -> step ratio closer to the encoder's: {toward}"
     assert all(r["step ratio"] < r["encoder ratio"] for r in kept_rows), "the decoder floor keeps the step below"
 
 # %% [markdown]
-# **Measured step time.** A wider, deeper encoder (closer to the paper's proportions, where the
-# encoder dominates) timed for a few full training steps, visible-only against mask tokens in
-# the encoder. At CI scale the models are too small for timing to mean anything, so the assertion
-# only bites at the teaching scale (asserted there: more than 2× faster). Each variant reports its
-# fastest of five steps (wall clock).
+# **Measured step time.** A wider, deeper encoder than the lesson's (closer to the paper's
+# proportions, where the encoder dominates; its size is printed) timed for a few full training
+# steps, visible-only against mask tokens in the encoder. Each variant reports its fastest step
+# (wall clock), printed next to the ratio of the two arms' whole-step FLOPs (ledger). At CI scale
+# the models are too small for timing to mean anything, and at gpu scale it was never measured, so
+# the minimum speedup is asserted at the teaching scale only (the bound is printed).
 
 # %%
-def seconds_per_step(mask_tokens_in_encoder, steps=5):
-    """The fastest of `steps` timed training steps: the minimum is the least disturbed by other
-    work on a shared machine."""
+TIMED_STEPS = 5
+
+
+def seconds_per_step(mask_tokens_in_encoder, steps=TIMED_STEPS):
+    """(the fastest of `steps` timed training steps, the whole step's FLOPs): the minimum is the
+    least disturbed by other work on a shared machine."""
     mm = build_mae(depth=cfg.timing_depth, dim=cfg.timing_dim, mask_tokens_in_encoder=mask_tokens_in_encoder)
     o = torch.optim.AdamW(mm.parameters(), lr=cfg.lr)
     s = make_step(mm, o, generator=torch.Generator().manual_seed(0))
     batch = (train.images[:cfg.timing_batch], None)
+    step_flops = measure(lambda: s(batch), model=mm, optimizer=o).flops   # also a warm-up
     s(batch)                                              # warm-up
     times = []
     for _ in range(steps):
@@ -323,12 +354,18 @@ def seconds_per_step(mask_tokens_in_encoder, steps=5):
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-    return min(times)
+    return min(times), step_flops
 
 
-t_full, t_visible = seconds_per_step(True), seconds_per_step(False)
-speedup = t_full / t_visible
-print(f"mask tokens in encoder {t_full * 1e3:.0f} ms/step, visible only {t_visible * 1e3:.0f} ms/step: {speedup:.2f}x")
+(t_full, flops_full), (t_visible, flops_visible) = seconds_per_step(True), seconds_per_step(False)
+speedup, step_flop_ratio = t_full / t_visible, flops_full / flops_visible
+timing_setup = (f"{cfg.timing_depth}-block, {cfg.timing_dim}-wide encoder, {decoder_depth}-block, {decoder_dim}-wide "
+                f"decoder, batch {cfg.timing_batch}")
+print(f"timing configuration: {timing_setup}; fastest of {TIMED_STEPS} steps each")
+print(f"mask tokens in encoder {t_full * 1e3:.0f} ms/step, visible only {t_visible * 1e3:.0f} ms/step: {speedup:.2f}x "
+      f"faster; whole-step FLOPs {flops_full / 1e9:.3g} vs {flops_visible / 1e9:.3g} G: {step_flop_ratio:.2f}x fewer")
+if cfg.min_speedup is not None:
+    print(f"asserted at this scale: more than {cfg.min_speedup}x faster")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -340,7 +377,8 @@ if cfg.min_speedup is not None:
 #
 # Train the small MAE on crops of scikit-image sample photos (the embedded "textures" data;
 # CIFAR-10 at gpu scale). The photos we reconstruct are the other sample photos the kit ships,
-# **none of which is a texture source** (the cell checks it). Each reconstruction is compared
+# **none of which is a texture source** — by construction: the list is the kit's photos minus the
+# texture sources (the cell's check only guards that construction). Each reconstruction is compared
 # with three fills that learn nothing, each using only the visible pixels:
 # the photo's **mean visible patch**, the **nearest visible pixel**, and **inverse-distance
 # interpolation** of the visible pixels (`interpolate_masked`). Errors are masked-patch MSE in
@@ -395,26 +433,36 @@ show_table([{"fill": n, "masked-patch MSE": e} for n, e in photo_errors.items()]
 print("unseen photos:", ", ".join(unseen))
 
 # %% [markdown]
-# Training lowers the masked-patch error more than five-fold, and on photos it never saw the
-# MAE beats the photo's mean visible patch. **It does not beat interpolation** at the CPU scale:
-# it is about as good as copying the nearest visible pixel (within 15%, asserted) and worse than
-# inverse-distance interpolation. A 4-block ViT trained for a few minutes on 32-pixel crops has
-# learned little more than smooth in-filling of colour, which interpolation does for free (the
-# reconstructions are blurry colour layouts). The asserts below check each of these.
+# Training lowers the masked-patch error several-fold, and on photos it never saw the MAE beats the
+# photo's mean visible patch. **It does not beat interpolation** at the CPU scale: it is about as
+# good as copying the nearest visible pixel and worse than inverse-distance interpolation (the
+# cell below prints the figures and the tolerances it asserts). Our reading, which no assert
+# checks: a model this small, trained this briefly (configuration printed below), has learned
+# little more than smooth in-filling of colour, which interpolation does for free (the
+# reconstructions are blurry colour layouts). The asserts check the error comparisons only.
 # (An earlier version of this lesson compared against the mean of *all* patches, masked ones
 # included, which lets the baseline peek at the answer.)
 
 # %%
 losses = history.series("loss")
 first, last = sum(losses[:10]) / len(losses[:10]), sum(losses[-10:]) / len(losses[-10:])
-print(f"masked-patch MSE: first 10 steps {first:.4f}, last 10 steps {last:.4f}")
+NEAREST_TOLERANCE = 0.15    # "about as good as the nearest visible pixel": within 15%
+print(f"trained: {cfg.depth}-block, {cfg.dim}-wide ViT, {cfg.steps} steps of batch {cfg.batch} "
+      f"on {cfg.image_size}-pixel crops")
+print(f"masked-patch MSE: first 10 steps {first:.4f}, last 10 steps {last:.4f} ({first / last:.1f}-fold lower)")
+print(f"unseen photos: MAE / nearest visible pixel = {photo_errors['MAE'] / photo_errors['nearest visible pixel']:.2f}, "
+      f"MAE / inverse-distance = {photo_errors['MAE'] / photo_errors['inverse-distance']:.2f}, "
+      f"MAE / mean visible patch = {photo_errors['MAE'] / photo_errors['mean visible patch']:.2f}")
+if cfg.min_loss_drop is not None:
+    print(f"asserted at this scale: more than {1 / (1 - cfg.min_loss_drop):.0f}-fold lower; below the mean visible "
+          f"patch; above inverse-distance; within {NEAREST_TOLERANCE:.0%} of the nearest visible pixel")
 if cfg.min_loss_drop is not None:
     assert last < (1 - cfg.min_loss_drop) * first, (first, last)
     assert photo_errors["MAE"] < photo_errors["mean visible patch"], photo_errors
 if cfg.interpolation_wins is not None:
     assert (photo_errors["inverse-distance"] < photo_errors["MAE"]) == cfg.interpolation_wins, photo_errors
     if cfg.interpolation_wins:
-        assert abs(photo_errors["MAE"] / photo_errors["nearest visible pixel"] - 1) < 0.15, photo_errors
+        assert abs(photo_errors["MAE"] / photo_errors["nearest visible pixel"] - 1) < NEAREST_TOLERANCE, photo_errors
 
 # %% [markdown]
 # ### Linear probe, and `norm_pix_loss` on vs off
@@ -448,18 +496,25 @@ ax.set_ylim(0, 100)
 ax.legend()
 plt.show()
 n_test = len(test)
-se = (0.25 / n_test) ** 0.5          # the largest standard error of an accuracy on n_test images
+se = (0.25 / n_test) ** 0.5          # binomial: the largest standard error of an accuracy on n_test independent images
 mae_gain = mae_probe["linear"] - random_probe["linear"]
 norm_gain = norm_probe["linear"] - random_probe["linear"]
-print(f"linear probe over random init: MAE {100 * mae_gain:+.1f} points, with norm_pix_loss {100 * norm_gain:+.1f}; "
-      f"one standard error on {n_test} test images is at most {100 * se:.1f} points")
+print(f"linear probe over random init: MAE {100 * mae_gain:+.1f} points, with norm_pix_loss {100 * norm_gain:+.1f}")
+print(f"binomial standard error of one accuracy on {n_test} test crops, treated as independent: at most "
+      f"{100 * se:.1f} points (of a difference of two: {100 * 2 ** 0.5 * se:.1f}). The crops come from "
+      f"{len(test.classes)} photos (about {n_test // len(test.classes)} each), so they are correlated and this "
+      "understates the test-sampling noise; seed-to-seed variance (one training run here) is not measured at all")
+if cfg.max_probe_gain is not None:
+    print(f"asserted at this scale: MAE gain above {100 * 2 * 2 ** 0.5 * se:.1f} points (two binomial standard "
+          f"errors of a difference) and at most {100 * cfg.max_probe_gain:.0f} points")
 
 # %%
 assert same_start, "both arms must start from the same weights"
 if cfg.max_probe_gain is not None:
     # resolvable: more than two standard errors of a difference of two accuracies; and small
     assert 2 * 2 ** 0.5 * se < mae_gain <= cfg.max_probe_gain, \
-        f"MAE's probe gain {100 * mae_gain:+.1f} points: the prose says a few points, above the noise, under 15"
+        f"MAE's probe gain {100 * mae_gain:+.1f} points: the prose says a few points, above the binomial error, " \
+        f"at most {100 * cfg.max_probe_gain:.0f}"
     # not resolvable: the two MAE arms differ by less than two standard errors of a difference
     for key in ("linear", "knn"):
         assert abs(norm_probe[key] - mae_probe[key]) < 2 * 2 ** 0.5 * se, \
@@ -467,25 +522,27 @@ if cfg.max_probe_gain is not None:
 
 # %% [markdown]
 # What the run shows, and what it does not. The MAE encoder's linear probe sits a few points above
-# its random init — more than two standard errors of a difference, under 15 points (both asserted at
-# the teaching scale): a small gain, but not noise. That matches what is known of MAE: its features
+# its random init (both bounds printed and asserted at the teaching scale): a small gain, above the
+# binomial test-sampling error for this one seed. The test crops are correlated and we ran one seed,
+# so that error understates the noise; the gain is suggestive, not established. That matches what is known of MAE: its features
 # are weak for *linear* probing — the paper reports linear probing well below fine-tuning, and below
 # contrastive methods such as MoCo v3, even after hundreds of ImageNet epochs. The `norm_pix_loss`
-# row is printed, not ranked: the two MAE rows differ by less than two standard errors of a
-# difference on a test set this size, on both probes (asserted), so one seed and one short run cannot say which
-# target is better. The paper's ablation (normalised pixels help fine-tuning by under a point on
+# row is printed, not ranked: the two MAE rows differ by less than two binomial standard errors of a
+# difference, on both probes (asserted), so one seed and one short run cannot say which target is
+# better. The paper's ablation (normalised pixels help fine-tuning by under a point on
 # ImageNet) is a citation here, not evidence.
 
 # %% [markdown]
 # ### Mask-ratio sweep: cheaper encoder, harder task
 #
-# For each ratio: the encoder's share of the full encoding FLOPs (measured), and the masked-patch
+# For each ratio: the encoder blocks' FLOPs as a share of the blocks' FLOPs on all L tokens
+# (measured; the patch embedding is left out), and the masked-patch
 # error on the unseen photos of inverse-distance interpolation and of the **same trained model**
 # (trained at 0.75) asked to fill more or fewer holes, with the same masks. No training happens
 # here. Interpolation's error is the model-free measure of difficulty: it rises at every step of
-# the ratio. The MAE follows it from 0.5 upward, but not below: with three quarters of the
-# patches visible it is far from the 25% it was trained on, and at 0.25 it is no better than at
-# 0.5.
+# the ratio. The MAE follows it from 0.5 upward, but not below: at 0.25 it is no better than at 0.5
+# (both asserted). Why is a guess we did not test: with three quarters of the patches visible, its
+# input is far from the quarter-visible inputs it was trained on.
 
 # %%
 sweep = []
@@ -496,13 +553,13 @@ for ratio in cfg.sweep_ratios:
     errors = fill_errors(model, cfg.photo_draws, seed=200)
     n_vis = int(L * (1 - ratio))
     sweep.append({"mask ratio": ratio, "visible tokens": n_vis,
-                  "share of full (blocks)": (flops - embed_flops) / (full_flops - embed_flops),
+                  "blocks' FLOPs, share of full": (flops - embed_flops) / (full_flops - embed_flops),
                   "MAE masked MSE": errors["MAE"], "inverse-distance MSE": errors["inverse-distance"]})
 model.mask_ratio = 0.75
 show_table(sweep)
 fig, axes = plt.subplots(1, 2, figsize=(10, 2.8))
 rs = [row["mask ratio"] for row in sweep]
-axes[0].plot(rs, [row["share of full (blocks)"] for row in sweep], "o-")
+axes[0].plot(rs, [row["blocks' FLOPs, share of full"] for row in sweep], "o-")
 axes[0].set_xlabel("mask ratio")
 axes[0].set_ylabel("encoder block FLOPs\n(share of full)")
 axes[1].plot(rs, [row["MAE masked MSE"] for row in sweep], "o-", label="MAE (trained at 0.75)")
@@ -514,11 +571,11 @@ plt.show()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-shares = [row["share of full (blocks)"] for row in sweep]
+shares = [row["blocks' FLOPs, share of full"] for row in sweep]
 assert all(a > b for a, b in zip(shares, shares[1:])), "encoder cost must fall as the mask ratio rises"
 for row in sweep:
     fv = row["visible tokens"] / L
-    assert fv * fv - 1e-9 <= row["share of full (blocks)"] <= fv + 1e-9
+    assert fv * fv - 1e-9 <= row["blocks' FLOPs, share of full"] <= fv + 1e-9
 if cfg.claim_trends:
     idw_errs = [row["inverse-distance MSE"] for row in sweep]
     assert all(a < b for a, b in zip(idw_errs, idw_errs[1:])), f"difficulty should rise with the ratio: {idw_errs}"
@@ -539,25 +596,28 @@ if cfg.claim_trends:
 # ## The boundary
 #
 # - The saving is in the **encoder**. The decoder still processes all L tokens, the loss still
-#   needs all targets, and the patch embedding runs on every patch. Measured above: the encoder
-#   alone keeps a little over 4× fewer bytes for backward, but the whole step only between 2×
-#   and 3× fewer (figures below), because the decoder — here as wide as the encoder — keeps the
-#   same bytes in both arms. The heavier the decoder relative to the encoder, the less is saved;
+#   needs all targets, and the patch embedding runs on every patch. Measured above (figures
+#   below): the encoder alone keeps more than 1/(1−r) times fewer bytes for backward at the
+#   lesson's depth, the whole step much less, because the decoder keeps about the same bytes in
+#   both arms (within the asserted tolerance). The heavier the decoder relative to the encoder, the less is saved;
 #   the paper's 3× (or more) wall-clock figure is for ViT-L with a decoder of under 10% of the
 #   encoder's computation per token.
 # - FLOPs fall to f for the linear layers and to f² for attention (f = visible fraction), so the
-#   measured ratio is *below* f when tokens are many relative to the width; step time follows
-#   FLOPs only when the work is large enough to keep the hardware busy (not at CI scale).
+#   blocks' ratio is always below f, the further below the larger attention's share (tokens many
+#   relative to the width). The measured step-time speedup is printed beside the whole-step FLOP
+#   ratio; at CI scale the models are too small for timing to mean anything.
 # - Dropping tokens works because a ViT treats its input as a *set*; a CNN cannot skip masked
 #   pixels this way (it would need sparse convolutions).
 # - A low reconstruction error is not the goal, and at this scale the MAE does not even beat
-#   interpolation at it; its representation is judged by probing or fine-tuning, and a few
-#   minutes on 32-pixel crops says nothing about ImageNet transfer.
+#   interpolation at it; its representation is judged by probing or fine-tuning, and one short run
+#   on small crops says nothing about ImageNet transfer.
 
 # %%
-print(f"kept for backward, {cfg.depth}-block encoder: encoder alone {encoder_kept_ratio:.2f}x fewer bytes, "
-      f"whole step {step_kept_ratio:.2f}x; encoder block FLOPs {block_ratio:.3f} of full; "
-      f"measured step time {speedup:.2f}x faster")
+print(f"kept for backward, {cfg.depth}-block, {cfg.dim}-wide encoder, {decoder_depth}-block, {decoder_dim}-wide decoder: "
+      f"encoder alone {encoder_kept_ratio:.2f}x fewer bytes, whole step {step_kept_ratio:.2f}x, rest ratio "
+      f"{rest_ratio:.2f}; encoder block FLOPs {block_ratio:.3f} of full")
+print(f"timing ({timing_setup}): step time {speedup:.2f}x faster, whole-step FLOPs {step_flop_ratio:.2f}x fewer")
+print(f"not checked at {SCALE} scale: {', '.join(unchecked) or 'none'}")
 
 # %% [markdown]
 # ## Exercises
@@ -687,6 +747,8 @@ headline(
     kept_for_backward_ratio_step=step_kept_ratio,
     kept_for_backward_ratio_encoder=encoder_kept_ratio,
     step_speedup_visible_only=speedup,
+    step_flop_ratio_timing=step_flop_ratio,
+    timing_encoder=f"{cfg.timing_depth} blocks x {cfg.timing_dim} wide, batch {cfg.timing_batch}",
     photo_mse_mae=photo_errors["MAE"],
     photo_mse_mean_visible_patch=photo_errors["mean visible patch"],
     photo_mse_inverse_distance=photo_errors["inverse-distance"],

@@ -84,7 +84,8 @@ num_classes = len(train.classes)
 # measures one step of each with the same batch of B images. Two backbone families keep the
 # comparison like with like: SimCLR and MoCo run on the same ResNet as a supervised ResNet, and
 # MAE (which needs patches, so a ViT) runs beside a supervised ViT of the same size, optimizer
-# and data. Every run then trains for the **same numbers of FLOPs** (steps = budget / FLOPs per
+# and data. SimCLR and MoCo keep the temperatures of lessons 02 and 03 (`cfg.temperature` is
+# lesson 02's default), so what they learned there carries over. Every run then trains for the **same numbers of FLOPs** (steps = budget / FLOPs per
 # step) and is probed.
 
 # %%
@@ -234,9 +235,12 @@ if cfg.check_quality:      # CI's budgets are a few steps: nothing to claim ther
             assert gain[("supervised ResNet", budget)] > gain[(name, budget)] + 5, (name, budget, gain)
         assert gain[("supervised ViT", budget)] > gain[("MAE", budget)] + 5, (budget, gain)
         assert abs(gain[("MoCo", budget)]) < 3, "MoCo has not taken off at any of these budgets"
+        assert gain[("MAE", budget)] < 3, "MAE's linear probe is not above its random init at these budgets"
     assert gain[("SimCLR", last)] > gain[("SimCLR", first)] + 3, "SimCLR's gain grows with the budget"
     # FLOPs are not seconds: MAE's small, token-shuffling steps cost more core-seconds per FLOP
-    assert seconds_per_tflop["MAE"] > 1.3 * seconds_per_tflop["supervised ResNet"], seconds_per_tflop
+    # than either supervised run (on CPU; a GPU changes the ratios, not the point)
+    assert seconds_per_tflop["MAE"] > 1.5 * seconds_per_tflop["supervised ResNet"], seconds_per_tflop
+    assert seconds_per_tflop["MAE"] > 1.5 * seconds_per_tflop["supervised ViT"], seconds_per_tflop
 
 # %%
 for budget in cfg.budgets_gflops:
@@ -246,6 +250,25 @@ print("core-seconds per training TFLOP: " + ", ".join(f"{n} {s:.0f}" for n, s in
 print(f"MAE took {seconds_per_tflop['MAE'] / seconds_per_tflop['supervised ViT']:.2f}x the core-seconds of the "
       f"supervised ViT and {seconds_per_tflop['MAE'] / seconds_per_tflop['supervised ResNet']:.2f}x those of the "
       f"supervised ResNet for the same FLOPs.")
+
+# %% [markdown]
+# Read the plot within a family. Only the supervised runs use the labels, so their probe is a
+# ceiling, not an opponent: at every budget each supervised run beats the self-supervised runs
+# of its own backbone by more than 5 points (asserted). At these budgets — minutes on two cores —
+# SimCLR's gain grows with the budget (asserted: by more than 3 points from the first budget to
+# the last), while MoCo stays within 3 points of its random init at every budget (asserted):
+# lesson 03 showed MoCo taking off only after many more steps than these budgets buy. MAE's linear probe is not above its random init at any of these budgets
+# (asserted: less than 3 points over it), although the supervised ViT beside it learns: a
+# reconstruction objective needs far longer, and even converged MAE features are known to be weak
+# under a *linear* probe (He et al. 2022 report a large gap between linear probing and
+# fine-tuning); lesson 04 measures what MAE does learn. Because the curves are still rising and crossing, a ranking read at one
+# budget would not hold at the next, so none is asserted among the self-supervised objectives.
+#
+# FLOPs are not seconds. The budget is matched in FLOPs, but MAE's steps (gathers, many small
+# matmuls on a handful of tokens, a decoder) and MoCo's (the EMA update, the shuffle, the queue)
+# spend time the FLOP count does not see: the core-seconds above, and the right-hand plot, are
+# the cost a reader actually pays. On this CPU, MAE needs more than one and a half times the
+# core-seconds per FLOP of either supervised run (asserted; the ratios are printed above).
 
 # %% [markdown]
 # ### C ≈ 6·N·D, checked on the kit's models
@@ -288,15 +311,17 @@ print(f"MLP: measured {mlp_r:.3f} of 6ND; the first layer holds {100 * first_lay
 # %%
 # NBVAL_CHECK_OUTPUT
 assert abs(mlp_r - mlp_predicted) < 0.01, (mlp_r, mlp_predicted)   # biases are the only other term
-assert 1.0 < vit_r < 1.15, "transformer with few tokens: 6ND plus a little attention"
+assert 0.98 < vit_r < 1.02, "transformer with few tokens: within 2% of 6ND"
 assert cnn_r > 20, "a conv reuses each weight at every position: 6ND with D = images does not apply"
 
 # %% [markdown]
 # The MLP is not "slightly" under 6ND: it is under by the first layer's share of the weights
 # divided by three (printed above), because nobody needs the gradient of the raw input — and in
 # this MLP the first layer holds most of the weights. In a deep network, where the first layer is
-# a sliver of N, the same effect is negligible. The ViT is over 6ND because attention adds
-# 4·L·D per token per block without parameters. For the CNN the rule needs D counted in
+# a sliver of N, the same effect is negligible. The ViT lands within 2% of 6ND (asserted; the
+# ratio is printed above) because two small effects nearly cancel: its patch embedding is a first
+# layer that needs no input gradient (under 6ND), and attention adds 4·L·D FLOPs per token per
+# block without parameters (over 6ND); with 16 tokens both are small. For the CNN the rule needs D counted in
 # *positions*, not images — the rule is about dense parameters used once per token.
 
 # %% [markdown]
@@ -305,8 +330,8 @@ assert cnn_r > 20, "a conv reuses each weight at every position: 6ND with D = im
 # C = 6·N·D fixes the product of parameters and data, not their split. To see the split we need
 # a task where data never repeats (so a small model sees *more* distinct examples, never the same
 # ones again — no overfitting) and where capacity matters. A procedural task gives both for free:
-# inputs x ~ N(0, I) of dimension 16, drawn fresh at every step, labelled by a fixed, randomly
-# initialised "teacher" MLP (4 classes: the argmax of its outputs). The students are 2-layer MLPs
+# inputs x ~ N(0, I) of dimension `ALLOC_DIM`, drawn fresh at every step, labelled by a fixed,
+# randomly initialised "teacher" MLP (`ALLOC_CLASSES` classes: the argmax of its outputs). The students are 2-layer MLPs
 # of hidden width h; a run with budget C gets steps = C / (6·N(h)·B), so every example is seen
 # once (one epoch by construction), and the learning rate decays linearly to zero over *its own*
 # run length. Test loss on held-out examples from the same teacher, at several budgets C.
@@ -377,13 +402,15 @@ if cfg.alloc_check:
 
 # %% [markdown]
 # At a fixed budget a model too large gets too few steps and one too small cannot use the data
-# it sees; as C grows, the best width moves right, and the data it is trained on grows with it.
+# it sees; as C grows, the best width moves right (asserted: it never moves left, and it is
+# larger at the largest budget than at the smallest — between neighbouring budgets it may stay on
+# the same point of this coarse grid), and the data it is trained on grows with it.
 # Parameters, data and training amount are allocated *together*: that is the shape the
 # scaling-law papers fit — here at a toy scale, on a toy task.
 #
-# What this cannot tell you: the *exponents*. With one seed per point, widths 4x apart and
-# budgets spanning a factor of 16, the best width is known only to within a factor of 4, so "N*
-# grows like C^a" cannot be fitted (Kaplan et al. 2020 and Hoffmann et al. 2022 disagree on a
+# What this cannot tell you: the *exponents*. With one seed per point, a coarse grid of widths and
+# only a few budgets, the best width is known only to within one grid step (neighbouring widths
+# can be within noise of each other), so "N* grows like C^a" cannot be fitted (Kaplan et al. 2020 and Hoffmann et al. 2022 disagree on a
 # using hundreds of runs). The learning rate is one value for every width, not tuned per size;
 # the task is a random teacher, not language or images; and a Gaussian-input MLP has nothing
 # like attention, embeddings or a data distribution with a long tail.
@@ -393,8 +420,8 @@ if cfg.alloc_check:
 #
 # - The matched-budget comparison counts matmul FLOPs only (augmentation, normalisation, masking
 #   and the optimizer are not in C), which is why core-seconds per FLOP differ between objectives.
-#   It measures one small model per family, one seed, one learning rate per family, budgets a
-#   factor of four apart and a constant learning rate: it says where each objective *spends*
+#   It measures one small model per family, one seed, one learning rate per family, a few budgets
+#   of minutes each and a constant learning rate: it says where each objective *spends*
 #   compute and what each buys at these budgets, not which one wins at scale (there, SSL
 #   pre-training is judged by fine-tuning and transfer, not by a linear probe after minutes).
 # - C ≈ 6ND holds for dense layers used once per token. It ignores attention's L²-term (large for

@@ -85,8 +85,8 @@ num_classes = len(train.classes)
 # comparison like with like: SimCLR and MoCo run on the same ResNet as a supervised ResNet, and
 # MAE (which needs patches, so a ViT) runs beside a supervised ViT of the same size, optimizer
 # and data. SimCLR and MoCo keep the temperatures of lessons 02 and 03 (`cfg.temperature` is
-# lesson 02's default), so what they learned there carries over. Every run then trains for the **same numbers of FLOPs** (steps = budget / FLOPs per
-# step) and is probed.
+# lesson 02's default), so what they learned there carries over. Every run then trains for the
+# **same numbers of FLOPs** (steps = budget / FLOPs per step) and is probed.
 
 # %%
 FAMILY = {"supervised ResNet": "ResNet", "SimCLR": "ResNet", "MoCo": "ResNet",
@@ -257,16 +257,16 @@ print(f"MAE took {seconds_per_tflop['MAE'] / seconds_per_tflop['supervised ViT']
 # of its own backbone by more than 5 points (asserted). At these budgets — minutes on two cores —
 # SimCLR's gain grows with the budget (asserted: by more than 3 points from the first budget to
 # the last), while MoCo stays within 3 points of its random init at every budget (asserted):
-# lesson 03 showed MoCo taking off only after many more steps than these budgets buy. MAE's linear probe is not above its random init at any of these budgets
-# (asserted: less than 3 points over it), although the supervised ViT beside it learns: a
+# lesson 03 showed MoCo taking off only after many more steps than these budgets buy. MAE's
+# linear probe is not above its random init at any of these budgets (asserted: less than 3 points over it), although the supervised ViT beside it learns: a
 # reconstruction objective needs far longer, and even converged MAE features are known to be weak
 # under a *linear* probe (He et al. 2022 report a large gap between linear probing and
-# fine-tuning); lesson 04 measures what MAE does learn. Because the curves are still rising and crossing, a ranking read at one
-# budget would not hold at the next, so none is asserted among the self-supervised objectives.
+# fine-tuning); lesson 04 measures what MAE does learn. A ranking *among* the self-supervised
+# objectives would need budgets at which all of them have left their floor; these budgets do not
+# reach that, so none is asserted, and a ranking read at any one of them should not be trusted.
 #
 # FLOPs are not seconds. The budget is matched in FLOPs, but MAE's steps (gathers, many small
-# matmuls on a handful of tokens, a decoder) and MoCo's (the EMA update, the shuffle, the queue)
-# spend time the FLOP count does not see: the core-seconds above, and the right-hand plot, are
+# matmuls on a handful of tokens, a decoder) spend time the FLOP count does not see: the core-seconds above, and the right-hand plot, are
 # the cost a reader actually pays. On this CPU, MAE needs more than one and a half times the
 # core-seconds per FLOP of either supervised run (asserted; the ratios are printed above).
 
@@ -319,7 +319,7 @@ assert cnn_r > 20, "a conv reuses each weight at every position: 6ND with D = im
 # divided by three (printed above), because nobody needs the gradient of the raw input — and in
 # this MLP the first layer holds most of the weights. In a deep network, where the first layer is
 # a sliver of N, the same effect is negligible. The ViT lands within 2% of 6ND (asserted; the
-# ratio is printed above) because two small effects nearly cancel: its patch embedding is a first
+# ratio is printed above) because two small effects pull in opposite directions: its patch embedding is a first
 # layer that needs no input gradient (under 6ND), and attention adds 4·L·D FLOPs per token per
 # block without parameters (over 6ND); with 16 tokens both are small. For the CNN the rule needs D counted in
 # *positions*, not images — the rule is about dense parameters used once per token.

@@ -300,8 +300,8 @@ assert rec_moco.encoded["key encoder images"] == cfg.batch  # keys: encoded, nev
 
 # %% [markdown]
 # The claim asserted here is narrow: SimCLR's activations for K in-batch negatives weigh more than
-# a hundred times MoCo's queue cache (the printed ratio is this run's figure). A cached key's slot
-# is K·(4d + 16) + 16 bytes for the whole queue, d floats plus bookkeeping per key, while an
+# a hundred times MoCo's queue cache (the printed ratio is this run's figure). The queue's cache line
+# is K·(4d + 16) + 16 bytes: per key, d floats plus two int64 of bookkeeping; while an
 # in-batch negative is a whole view's saved activations. That ratio leaves out what MoCo keeps for
 # backward per key (the logits column and the queue snapshot); the sweep below measures it and
 # prints the per-negative and whole-step ratios with it included. The key encoder is the part of MoCo's
@@ -593,9 +593,10 @@ if cfg.sweep_probe_spread is not None:    # what this budget shows, and what it 
 
 # %% [markdown]
 # What holds at every scale, and is asserted: the number of negatives per anchor is K at a fixed
-# batch, the queue's cache line is K·(4d + 16) bytes, and what a step keeps for backward grows
-# with K too (the B×(1+K) logits and the snapshot of the queue that the negatives' gradient
-# needs), but by bytes per key, not by a view's activations per candidate. A key also lives K/B
+# batch, the queue's cache line is K·(4d + 16) + 16 bytes (both identities), and what a step
+# keeps for backward grows with K too (the B×(1+K) logits and the snapshot of the queue that the
+# negatives' gradient needs), by 4·(B + d) bytes per key (asserted within 5%), not by a view's
+# activations per candidate. A key also lives K/B
 # steps, so a larger K means older keys (the staleness experiment above).
 #
 # Per negative, the fair comparison counts MoCo's per-key activation cost too (printed above:

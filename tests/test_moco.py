@@ -219,6 +219,21 @@ def test_unshuffled_keys_use_their_querys_bn_group():
         MoCo(*_parts(), shuffle_keys="yes")
 
 
+
+@pytest.mark.parametrize("arm", [dict(shuffle_keys=False), dict(bn_groups=1)])
+def test_arms_without_the_shuffle_consume_the_same_random_numbers(arm):
+    # the world where this fails: the unshuffled arm of lesson 03 sees other augmentations than
+    # the shuffled one from step 2 on, and the comparison is confounded
+    from course_utils.augment import SimCLRAugment
+    images, states = torch.rand(8, 3, 4, 4), []
+    for kwargs in (dict(), arm):
+        torch.manual_seed(0)
+        model = MoCo(*_parts(), queue_size=16, **kwargs)
+        gen = torch.Generator().manual_seed(3)
+        model.training_loss(images, augment=SimCLRAugment(4), generator=gen)
+        states.append(gen.get_state())
+    assert torch.equal(*states)
+
 def _overlap_by_hand(perm, groups):
     b, size = len(perm), len(perm) // groups
     query_group = [set(range(g * size, (g + 1) * size)) for g in range(groups)]

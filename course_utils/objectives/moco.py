@@ -199,9 +199,12 @@ class MoCo(Objective):
 
     @torch.no_grad()
     def encode_keys(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        # The permutation is drawn even when it is not used, so that a run without the shuffle
+        # consumes the same random numbers as a run with it: the two see the same augmentations
+        # at every step and differ in the shuffle alone.
+        shuffled, unshuffle = shuffle_batch(x, generator)
         if self.bn_groups == 1 or not self.shuffle_keys:   # each key normalised with its query's group
             return F.normalize(encode_in_groups(self.key_encoder, x, self.bn_groups), dim=1)
-        shuffled, unshuffle = shuffle_batch(x, generator)           # mix the BN groups
         k = encode_in_groups(self.key_encoder, shuffled, self.bn_groups)
         return F.normalize(unshuffle_batch(k, unshuffle), dim=1)
 

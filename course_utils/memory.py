@@ -48,7 +48,10 @@ from .ledger import predict_step
 from .optim import OPTIMIZERS, state_copies
 from .transformer import RECOMPUTE_MODES, tinygpt_param_count
 
-PRECISIONS = ("fp32", "bf16-mixed")
+PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
+# fp16 mixed precision (autocast fp16 + a GradScaler, for GPUs without bf16) stores the same bytes
+# as bf16-mixed: 2-byte weights, gradients and activations, an fp32 master copy and moments.
+MIXED_PRECISIONS = ("bf16-mixed", "fp16-mixed")
 MEMORY_KEYS = ("params", "grads", "optimizer", "master_params", "activations", "total")
 
 # Nominal memory of common accelerators (bytes). Usable memory is a little lower: the CUDA
@@ -65,6 +68,8 @@ DEVICES = {
     "A100 80 GB": 80 * 2**30,
     "H100 80 GB": 80 * 2**30,
 }
+# GPUs before Ampere have no bf16 arithmetic: mixed precision there is fp16 + GradScaler.
+WITHOUT_BF16 = ("T4 (Colab) 16 GB", "V100 16 GB")
 
 
 def _positive_ints(**values) -> None:
@@ -78,10 +83,10 @@ def state_bytes_per_param(optimizer: str = "adamw", precision: str = "fp32",
     """Bytes per parameter of each resident-state line (table in the module docstring)."""
     copies = state_copies(optimizer)
     checks.choice(precision, "precision", PRECISIONS)
-    if fp32_grad_accumulation and precision != "bf16-mixed":
-        raise ValueError("fp32_grad_accumulation only applies to precision='bf16-mixed' "
+    if fp32_grad_accumulation and precision not in MIXED_PRECISIONS:
+        raise ValueError("fp32_grad_accumulation only applies to mixed precision "
                          "(fp32 training already accumulates in fp32)")
-    low = precision == "bf16-mixed"
+    low = precision in MIXED_PRECISIONS
     return {
         "params": 2 if low else 4,
         "grads": (2 + 4 if fp32_grad_accumulation else 2) if low else 4,
@@ -113,23 +118,56 @@ def korthikanti_layer_activation_bytes(seq: int, batch: int, hidden: int, heads:
     return 34 * sbh + (attention_scores if recompute == "none" else 0)
 
 
-def tinygpt_layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int,
-                                   recompute: str = "none") -> int:
-    """One ``TinyGPT`` block in fp32, derived op by op (course_utils.transformer docstring).
+AUTOCAST_DEVICES = (None, "cpu", "cuda")
 
-    none: 4·(16·sbh + a·s²·b) + 16·sb   (the 16·sb are the two LayerNorms' mean and rstd)
-    selective: 4·16·sbh + 16·sb         (the a·s²·b softmax output is recomputed)
-    full: 4·sbh                          (the block input only)
+
+def tinygpt_layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int,
+                                   recompute: str = "none", autocast: str | None = None) -> int:
+    """One ``TinyGPT`` block, derived op by op (course_utils.transformer docstring).
+
+    fp32 (``autocast=None``)::
+
+        none: 4·(16·sbh + a·s²·b) + 16·sb   (the 16·sb are the two LayerNorms' mean and rstd)
+        selective: 4·16·sbh + 16·sb         (the a·s²·b softmax output is recomputed)
+        full: 4·sbh                          (the block input only)
+
+    Under bf16 autocast (``autocast="cpu"`` or ``"cuda"``) the matmuls save bf16 copies of their
+    inputs, while the residual stream and the LayerNorm inputs stay fp32: 4sbh + 4sbh (two LN
+    inputs) + 2sbh (ln1 out) + 6sbh (q, k, v) + 2sbh (attention out) + 2sbh (ln2 out) + 8sbh (GELU
+    input) + 8sbh (GELU output) = 36·sbh, + 16·sb, plus the softmax output P, which depends on the
+    device: CPU autocast runs softmax in bf16 and P (2·a·s²·b) is shared by softmax's backward and
+    P @ v; CUDA autocast runs softmax in fp32, so P is kept in fp32 (4·a·s²·b) *and* as the bf16
+    copy P @ v saves (2·a·s²·b). Selective recomputation drops P on both; full keeps the fp32
+    block input (4·sbh). The bf16 weight copies autocast saves are per step, not per sample
+    (they do not grow with the batch) and are not counted here.
     Versus Korthikanti's 16-bit count: no dropout masks (3sbh bytes) and no dropout output
-    (2as²b bytes); every element is 4 bytes instead of 2.
+    (2as²b bytes).
     """
     _positive_ints(seq=seq, batch=batch, hidden=hidden, heads=heads)
     checks.choice(recompute, "recompute", RECOMPUTE_MODES)
+    checks.choice(autocast, "autocast", AUTOCAST_DEVICES)
     sb, sbh = seq * batch, seq * batch * hidden
     if recompute == "full":
         return 4 * sbh
     scores = heads * seq * seq * batch if recompute == "none" else 0
-    return 4 * (16 * sbh + scores) + 16 * sb
+    if autocast is None:
+        return 4 * (16 * sbh + scores) + 16 * sb
+    return 36 * sbh + (2 if autocast == "cpu" else 6) * scores + 16 * sb
+
+
+def tinygpt_activation_bytes(layers: int, hidden: int, heads: int, vocab: int, seq: int,
+                             batch: int, *, recompute: str = "none",
+                             autocast: str | None = None) -> int:
+    """Bytes the whole ``TinyGPT`` stores for backward, weight copies excluded: L layers plus
+    the head (``head_activation_bytes(..., "fp32")``; under autocast the LM head saves a bf16
+    copy of its input, 2·sbh instead of 4·sbh, and the logits of the loss stay fp32 on both
+    devices, cross-entropy being an fp32 op of autocast)."""
+    _positive_ints(layers=layers)
+    head = head_activation_bytes(seq, batch, hidden, vocab, "fp32")
+    if autocast is not None:
+        head -= 2 * seq * batch * hidden
+    return layers * tinygpt_layer_activation_bytes(seq, batch, hidden, heads, recompute,
+                                                    autocast) + head
 
 
 def head_activation_bytes(seq: int, batch: int, hidden: int, vocab: int, precision: str) -> int:
@@ -144,7 +182,7 @@ def head_activation_bytes(seq: int, batch: int, hidden: int, vocab: int, precisi
     _positive_ints(seq=seq, batch=batch, hidden=hidden, vocab=vocab)
     checks.choice(precision, "precision", PRECISIONS)
     sb, sbh = seq * batch, seq * batch * hidden
-    if precision == "bf16-mixed":
+    if precision in MIXED_PRECISIONS:
         return 5 * sbh + 4 * sb * vocab
     return 24 * sb + 8 * seq + 8 * sbh + 4 * sb * vocab + 4
 
@@ -154,11 +192,11 @@ def transformer_activation_bytes(layers: int, hidden: int, heads: int, vocab: in
                                  recompute: str = "none") -> int:
     """Bytes stored for backward by the whole model: L × per-layer + head.
 
-    precision="bf16-mixed" uses Korthikanti's 16-bit per-layer count; "fp32" the count derived
+    precision="bf16-mixed" or "fp16-mixed" uses Korthikanti's 16-bit per-layer count; "fp32" the count derived
     for the kit's TinyGPT (no dropout), which is what a CPU run measures.
     """
     _positive_ints(layers=layers)
-    per_layer = (korthikanti_layer_activation_bytes if precision == "bf16-mixed"
+    per_layer = (korthikanti_layer_activation_bytes if precision in MIXED_PRECISIONS
                  else tinygpt_layer_activation_bytes)
     checks.choice(precision, "precision", PRECISIONS)
     return (layers * per_layer(seq, batch, hidden, heads, recompute)
@@ -170,7 +208,7 @@ def recompute_transient_bytes(hidden: int, heads: int, seq: int, batch: int, *,
     """Extra bytes alive while backward recomputes one layer: that layer's un-recomputed
     activations minus what was stored for it (0 without recomputation)."""
     checks.choice(precision, "precision", PRECISIONS)
-    per_layer = (korthikanti_layer_activation_bytes if precision == "bf16-mixed"
+    per_layer = (korthikanti_layer_activation_bytes if precision in MIXED_PRECISIONS
                  else tinygpt_layer_activation_bytes)
     if recompute == "none":
         return 0
@@ -240,9 +278,12 @@ PRESETS = {  # GPT-2 family shapes (vocab 50257, context 1024) and two larger on
 
 
 def what_fits(model: str = "GPT-2 small (124M)", batch: int = 8, seq: int = 1024, *,
-              precision: str = "bf16-mixed", optimizer: str = "adamw", recompute: str = "none",
+              precision: str | None = None, optimizer: str = "adamw", recompute: str = "none",
               device: str = "T4 (Colab) 16 GB", vocab: int = 50257) -> dict:
     """The widget's compute function: predicted breakdown for a preset model against a device.
+
+    ``precision=None`` picks the device's mixed precision: "fp16-mixed" on GPUs without bf16
+    (``WITHOUT_BF16``: T4, V100), "bf16-mixed" elsewhere; asking for bf16 on those is an error.
 
     Returns {"breakdown": {params, grads, optimizer, master_params, activations,
     recompute_workspace}, "total", "capacity", "fits", "headroom"} (bytes). ``fits`` ignores the
@@ -250,6 +291,11 @@ def what_fits(model: str = "GPT-2 small (124M)", batch: int = 8, seq: int = 1024
     """
     checks.choice(model, "model", PRESETS)
     checks.choice(device, "device", DEVICES)
+    if precision is None:
+        precision = "fp16-mixed" if device in WITHOUT_BF16 else "bf16-mixed"
+    if precision == "bf16-mixed" and device in WITHOUT_BF16:
+        raise ValueError(f"the {device} has no bf16: use precision='fp16-mixed' (autocast fp16 "
+                         "with a GradScaler), which stores the same bytes")
     shape = PRESETS[model]
     mem = transformer_memory(shape["layers"], shape["hidden"], shape["heads"], vocab, seq, batch,
                              optimizer=optimizer, precision=precision, recompute=recompute)

@@ -223,7 +223,12 @@ def what_fits_widget():
     from .transformer import RECOMPUTE_MODES
 
     def show(**kwargs):
-        plot_memory_breakdown(memory.what_fits(**kwargs))
+        try:
+            report = memory.what_fits(**kwargs)
+        except ValueError as err:  # e.g. bf16 on a T4: say why instead of a traceback
+            print(err)
+            return
+        plot_memory_breakdown(report)
         plt.show()
 
     return w.interactive(
@@ -231,7 +236,8 @@ def what_fits_widget():
         model=w.Dropdown(options=list(memory.PRESETS), value="GPT-2 small (124M)"),
         batch=w.IntSlider(value=8, min=1, max=64),
         seq=w.Dropdown(options=[256, 512, 1024, 2048], value=1024),
-        precision=w.Dropdown(options=list(memory.PRECISIONS), value="bf16-mixed"),
+        precision=w.Dropdown(options=[("the device's mixed precision", None),
+                                      *[(p, p) for p in memory.PRECISIONS]], value=None),
         optimizer=w.Dropdown(options=list(OPTIMIZERS), value="adamw"),
         recompute=w.Dropdown(options=list(RECOMPUTE_MODES), value="none"),
         device=w.Dropdown(options=list(memory.DEVICES), value="T4 (Colab) 16 GB"),

@@ -114,16 +114,49 @@ def test_kit_models_predicted():
 
 
 def test_what_fits():
-    small = M.what_fits("GPT-2 small (124M)", batch=1, seq=1024, precision="bf16-mixed")
+    small = M.what_fits("GPT-2 small (124M)", batch=1, seq=1024, precision="fp16-mixed")
     assert small["fits"] and small["total"] == sum(small["breakdown"].values())
-    big = M.what_fits("6.7B", batch=1, seq=1024, precision="bf16-mixed")
+    big = M.what_fits("6.7B", batch=1, seq=1024, precision="fp16-mixed")
     assert not big["fits"] and big["breakdown"]["optimizer"] > small["capacity"] / 2
-    more = M.what_fits("GPT-2 small (124M)", batch=16, seq=1024, precision="bf16-mixed")
+    more = M.what_fits("GPT-2 small (124M)", batch=16, seq=1024, precision="fp16-mixed")
     # every 16-bit activation term is proportional to the batch; resident state is not
     assert more["breakdown"]["activations"] == 16 * small["breakdown"]["activations"]
     assert more["breakdown"]["optimizer"] == small["breakdown"]["optimizer"]
     with pytest.raises(ValueError, match="T4"):
         M.what_fits(device="TPU")
+
+
+def test_what_fits_uses_the_devices_mixed_precision():
+    # a T4 has no bf16: its default is fp16-mixed, which stores the same bytes as bf16-mixed
+    t4 = M.what_fits("GPT-2 small (124M)", batch=4, seq=1024)
+    a100 = M.what_fits("GPT-2 small (124M)", batch=4, seq=1024, device="A100 80 GB")
+    assert t4["breakdown"] == a100["breakdown"]
+    assert t4["capacity"] == int(14.7 * 2**30)
+    with pytest.raises(ValueError, match="fp16-mixed"):
+        M.what_fits(precision="bf16-mixed", device="T4 (Colab) 16 GB")
+    assert M.state_bytes_per_param("adamw", "fp16-mixed") == M.state_bytes_per_param("adamw", "bf16-mixed")
+
+
+@pytest.mark.parametrize("shape", [(1, 32, 4, 50, 16), (2, 64, 4, 97, 32), (3, 48, 6, 64, 24)])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_tinygpt_activation_slope_is_predicted_exactly(shape, recompute, autocast):
+    """Per-sample bytes (batch 8 minus batch 4: the bf16 weight copies cancel) on this device."""
+    device = "cuda" if autocast and torch.cuda.is_available() else "cpu"
+    def measured(batch):
+        return measure_tinygpt(*shape, batch, recompute=recompute, autocast=autocast, steps=2,
+                               device=device)[0].activation_bytes
+    def predicted(batch):
+        return M.tinygpt_activation_bytes(*shape, batch, recompute=recompute,
+                                          autocast=device if autocast else None)
+    assert measured(8) - measured(4) == predicted(8) - predicted(4)
+
+
+def test_cuda_autocast_keeps_the_softmax_output_three_times_the_cpu_bytes():
+    cpu, cuda = (M.tinygpt_layer_activation_bytes(32, 2, 64, 4, autocast=d) for d in ("cpu", "cuda"))
+    assert cuda - cpu == 4 * 4 * 32 * 32 * 2     # + the fp32 P (4 bytes per score element)
+    with pytest.raises(ValueError, match="autocast"):
+        M.tinygpt_layer_activation_bytes(32, 2, 64, 4, autocast="tpu")
 
 
 def test_optimizer_state_comes_from_the_one_table():

@@ -27,7 +27,9 @@ from course_utils.exercises import check_equal
 from course_utils.ledger import cuda_peak_bytes, measure_tinygpt, record_memory_snapshot, recompute_tradeoff
 from course_utils.optim import OPTIMIZERS
 from course_utils.plots import plot_memory_breakdown, what_fits_widget
+from course_utils.ledger import measure
 from course_utils.report import headline, show_table
+from course_utils.transformer import TinyGPT, random_tokens, tinygpt_param_count
 from course_utils.runtime import setup
 from course_utils.scales import config
 from course_utils.transformer import tinygpt_param_count
@@ -55,13 +57,15 @@ print(device, cfg.example)
 # %% [markdown]
 # ## 1 · The problem: the weights are the smallest line
 #
-# A GPT-2-small-sized model has 124 M parameters: 0.25 GB in bf16. "It fits on a 16 GB T4" is the
-# tempting conclusion. But training keeps much more than one copy of the weights: a gradient per
-# weight, Adam's two moments, an fp32 master copy under mixed precision — and the activations
-# the forward pass keeps until backward, which grow with batch × sequence length.
+# A GPT-2-small-sized model's weights in bf16 take a fraction of a T4's 16 GB (printed below),
+# so "it fits" is the tempting conclusion. But training keeps much more than one copy of the
+# weights: a gradient per weight, Adam's two moments, an fp32 master copy under mixed precision —
+# and the activations the forward pass keeps until backward, which grow with batch × sequence.
 
 # %%
 gpt2 = M.transformer_memory(12, 768, 12, 50257, 1024, 8, optimizer="adamw", precision="bf16-mixed")
+gpt2_params = tinygpt_param_count(12, 768, 50257, 1024)
+print(f"GPT-2 small: {gpt2_params / 1e6:.0f} M parameters, {gpt2['params'] / GiB:.2f} GiB of bf16 weights")
 show_table([{"line": k, "GiB": round(v / GiB, 2)} for k, v in gpt2.items()])
 print(f"the bf16 weights are {gpt2['params'] / gpt2['total']:.0%} of the predicted total")
 
@@ -78,6 +82,47 @@ print(f"the bf16 weights are {gpt2['params'] / gpt2['total']:.0%} of the predict
 #
 # Mixed precision does not shrink Adam's resident state at all: the moments and the master
 # copy stay fp32 so that small updates are not rounded away.
+#
+# The bf16-mixed row, measured on one real step kept the way Megatron and apex O2 keep it: the
+# model in bf16 (weights and gradients 2 bytes), an fp32 master copy that AdamW updates (its
+# moments are created in the master's dtype), gradients copied up to fp32 only for the update,
+# then the master copied back into the model. In a world where the moments followed the model's
+# dtype, the optimizer line would be 4 bytes, not 8, and the assert below would fail.
+
+# %%
+torch.manual_seed(cfg.seed)
+mixed_model = TinyGPT(*cfg.example[3:5], *cfg.example[:3]).to(device=device, dtype=torch.bfloat16)
+master = [p.detach().float() for p in mixed_model.parameters()]
+master_opt = torch.optim.AdamW(master, lr=1e-3)
+tokens, targets = random_tokens(2, cfg.example[4], cfg.example[3], generator=torch.Generator().manual_seed(0), device=device)
+
+
+def mixed_precision_step():
+    mixed_model.zero_grad(set_to_none=True)
+    mixed_model.loss(tokens, targets).backward()
+    for p32, p16 in zip(master, mixed_model.parameters()):
+        p32.grad = p16.grad.float()          # transient fp32 gradient for the update
+    master_opt.step()
+    with torch.no_grad():
+        for p32, p16 in zip(master, mixed_model.parameters()):
+            p16.copy_(p32)
+            p32.grad = None
+
+
+mixed_record = measure(mixed_precision_step, model=mixed_model, optimizer=master_opt)
+n_mixed = sum(p.numel() for p in mixed_model.parameters())
+mixed_per_param = {"weights": mixed_record.param_bytes / n_mixed, "gradients": mixed_record.grad_bytes / n_mixed,
+                   "fp32 master": sum(p.numel() * p.element_size() for p in master) / n_mixed,
+                   "Adam moments": mixed_record.optimizer_bytes / n_mixed}
+show_table([{**mixed_per_param, "total bytes/param": sum(mixed_per_param.values())}])
+
+# %%
+# NBVAL_CHECK_OUTPUT
+predicted_per_param = M.state_bytes_per_param("adamw", "bf16-mixed")
+assert mixed_per_param == {"weights": predicted_per_param["params"], "gradients": predicted_per_param["grads"],
+                           "fp32 master": predicted_per_param["master_params"],
+                           "Adam moments": predicted_per_param["optimizer"]}
+assert sum(mixed_per_param.values()) == 16
 #
 # **Activations** are per token. Korthikanti et al. (2022) count one Megatron GPT layer, 16-bit
 # activations with dropout, s = sequence, b = batch, h = hidden, a = heads:
@@ -190,21 +235,38 @@ assert tr["selective"]["memory_ratio"] < 1.0 and tr["selective"]["flops_ratio"] 
 # stay fp32. It also saves bf16 *copies of the weights* for backward, which the ledger counts as
 # saved tensors although they do not grow with the batch — so we compare the per-sample slope
 # (bytes at batch 2b minus bytes at batch b), in which the weight copies cancel.
+#
+# How much they shrink depends on the device, and the prediction says so before we measure.
+# Counted op by op (`M.tinygpt_layer_activation_bytes`), a block keeps 36·sbh bytes under
+# autocast instead of 64·sbh, plus the softmax output P: on a **CPU** autocast runs softmax in
+# bf16 and P is one 2-byte tensor shared by softmax's backward and P @ v (2·as²b instead of
+# 4·as²b); on **CUDA** autocast runs softmax in fp32, so P is kept in fp32 for softmax's backward
+# *and* as the bf16 copy P @ v saves: 6·as²b, more than fp32's 4·as²b.
 
 # %%
 ex = list(cfg.sweep[1])
 def measured(batch, autocast):
     return measure_tinygpt(*ex[:5], batch, autocast=autocast, steps=2, device=device)[0]
+def predicted_slope(autocast_device):
+    return (M.tinygpt_activation_bytes(*ex[:5], 8, autocast=autocast_device)
+            - M.tinygpt_activation_bytes(*ex[:5], 4, autocast=autocast_device))
 slope = {ac: measured(8, ac).activation_bytes - measured(4, ac).activation_bytes for ac in (False, True)}
 opt_bytes = {ac: measured(4, ac).optimizer_bytes for ac in (False, True)}
 bf16_ratio = slope[True] / slope[False]
-print(f"per-sample activations bf16/fp32 = {bf16_ratio:.3f}; optimizer bytes bf16/fp32 = "
+predicted_ratio = {dev: predicted_slope(dev) / predicted_slope(None) for dev in ("cpu", "cuda")}
+show_table([{"device": dev, "predicted per-sample bf16/fp32": r,
+             "measured here": bf16_ratio if dev == device.type else "not on this machine"}
+            for dev, r in predicted_ratio.items()])
+print(f"per-sample activations bf16/fp32 = {bf16_ratio:.3f} measured on {device.type} "
+      f"(predicted {predicted_ratio[device.type]:.3f}); optimizer bytes bf16/fp32 = "
       f"{opt_bytes[True] / opt_bytes[False]:.3f}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-if device.type == "cpu":  # CPU autocast: softmax in bf16 too (on CUDA it stays fp32, see section 5)
-    assert bf16_ratio < 0.75, bf16_ratio
+# exact, byte for byte, on the device this runs on (the CUDA row is checked when a GPU runs it)
+assert slope[False] == predicted_slope(None)
+assert slope[True] == predicted_slope(device.type), (slope[True], predicted_slope(device.type))
+assert predicted_ratio["cpu"] < predicted_ratio["cuda"] < 1, "autocast shrinks activations on both, less on CUDA"
 assert opt_bytes[True] == opt_bytes[False]
 
 # %% [markdown]
@@ -231,8 +293,8 @@ what_fits_widget()
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(12, 4), sharey=True)
-settings = [dict(precision="fp32", batch=8), dict(precision="bf16-mixed", batch=8),
-            dict(precision="bf16-mixed", batch=8, recompute="selective")]
+settings = [dict(precision="fp32", batch=8), dict(precision="fp16-mixed", batch=8),
+            dict(precision="fp16-mixed", batch=8, recompute="selective")]
 fits = []
 for ax, kw in zip(axes, settings):
     rep = M.what_fits("GPT-2 small (124M)", seq=1024, **kw)
@@ -251,13 +313,12 @@ plt.show()
 #   treat a small headroom as "does not fit".
 # - The 16-bit formula assumes Megatron's layer (dropout, fused kernels, fp32 logits). Our fp32
 #   TinyGPT has no dropout, so its count is the derived one above; the two agree in structure, not
-#   in constants. On CUDA, autocast runs softmax in fp32: the attention probabilities are kept
-#   twice, the fp32 softmax output (for softmax's backward) and the bf16 copy the next matmul
-#   saves, 6 bytes per element instead of 2, so the bf16/fp32 per-sample ratio of claim 4 is
-#   higher there than the CPU measurement above (CPU autocast runs softmax in bf16). That CUDA
-#   figure has not been measured by this kit yet; the assert of claim 4 is for the CPU.
-# - The T4 (Colab) has no bf16: fp16 autocast with a GradScaler stores the same bytes, and "what
-#   fits" counts about 14.7 GiB of its 16 GB as usable.
+#   in constants. Autocast's per-op dtypes differ between devices (softmax is fp32 on CUDA, bf16
+#   on CPU), which is why claim 4 predicts per device; the CUDA row is an op-by-op prediction
+#   that a CPU cannot check, asserted exactly only when the lesson runs on a GPU.
+# - The T4 (Colab) and the V100 have no bf16: there mixed precision is fp16 autocast with a
+#   GradScaler, which stores the same bytes; "what fits" picks it for them (`precision=None`),
+#   refuses bf16 on them, and counts about 14.7 GiB of the T4's 16 GB as usable.
 # - Wall-time ratios on a shared CPU are noisy (on a busy machine full recomputation can even
 #   *look* faster); FLOP ratios are exact counts of matmul FLOPs, so the evidence asserts those.
 # - Activation memory is one line. Sharding the resident state across devices (lesson 08) or
@@ -351,7 +412,8 @@ check_equal(selective_saving(2048, 4, 4096, 32), 5 * 32 * 2048**2 * 4, what="sav
 
 # %% [markdown]
 # **Exercise 3 —** Using `M.what_fits`, find the largest batch (1–64) at which GPT-2 medium
-# (350M) trains with bf16-mixed AdamW, sequence 1024, **no** recomputation, on a T4; return it
+# (350M) trains with fp16-mixed AdamW (the T4 has no bf16), sequence 1024, **no** recomputation,
+# on a T4; return it
 # (0 if none fits). Then compare with `recompute="full"` in a cell of your own.
 
 # %% [raw]
@@ -362,7 +424,7 @@ def largest_batch(recompute="none"):
     # BEGIN SOLUTION
     best = 0
     for batch in range(1, 65):
-        if M.what_fits("GPT-2 medium (350M)", batch=batch, seq=1024, precision="bf16-mixed",
+        if M.what_fits("GPT-2 medium (350M)", batch=batch, seq=1024, precision="fp16-mixed",
                        recompute=recompute)["fits"]:
             best = batch
     return best

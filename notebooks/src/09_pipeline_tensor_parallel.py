@@ -145,13 +145,11 @@ show_table([{"cap on held micro-batches": name, "bubble": t.bubble_fraction,
 # %% [markdown]
 # The formula (p−1)(F+B−W) idle per device is reached with about **twice** 1F1B's activations
 # (2p − 1 micro-batches on the first device), not with GPipe's m: letting W wait longer buys
-# nothing more. This is the trade the zero-bubble paper (Qi et al., 2023) names ZB-H2; at 1F1B's
-# peak (cap p), W still fills part of 1F1B's bubble, and the gain is smaller. (The paper's ZB-H1
-# reaches (p−1)(F+B−W) at 1F1B's peak because it counts memory differently: after B_input only
-# W's inputs are kept, not the whole activation. In this simulator a micro-batch counts fully
-# until its W, so the cap-p row is what its accounting allows. These are greedy schedules under a
-# memory cap, not the paper's hand-written H1/H2 orders — the next section writes those out, and
-# they show this accounting is not the obstacle.)
+# nothing more, *for this greedy rule*, which starts forwards as soon as the cap allows. At
+# 1F1B's peak (cap p), W still fills part of 1F1B's bubble, and the gain is smaller. The paper's
+# hand-written ZB-H1 (Qi et al., 2023) does better at that same peak by choosing *which* W to
+# delay: device d lets its W's lag d micro-batches behind. The next section writes that order out
+# and it reaches (p−1)(F+B−W) holding p micro-batches, in this same accounting (held until W).
 
 # %% [markdown]
 # **Hand-written orders: 1F1B, ZB-H1, ZB-H2 and DualPipe at the same p and m.** Here every device

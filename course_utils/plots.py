@@ -246,16 +246,24 @@ def what_fits_widget():
 
 # --------------------------------------------------------------------------- pipeline schedules
 def plot_timeline(timeline, ax=None):
-    """Gantt chart of a pipeline schedule (``distributed.pipeline.simulate``): one row per device,
-    F blue, B orange, W green, the micro-batch number inside; later chunks (interleaved) paler.
-    Returns the axes."""
+    """Gantt chart of a pipeline schedule (``distributed.pipeline.simulate`` or
+    ``pipeline_orders.simulate_order``): one row per device, F blue, B orange, W green, the
+    micro-batch number inside; later chunks (interleaved) paler; DualPipe's reverse direction
+    hatched, and an overlapped F&B chunk drawn as two half-height bars. Returns the axes."""
     ax = ax or plt.subplots(figsize=(10, 0.5 * timeline.devices + 1))[1]
     colors = {"F": "#4C72B0", "B": "#DD8452", "W": "#55A868"}
+    shared = {}
     for op in timeline.ops:
-        ax.barh(op.device, op.end - op.start, left=op.start, color=colors[op.kind],
-                edgecolor="white", alpha=0.6 + 0.4 * (op.chunk == 0))
-        ax.text((op.start + op.end) / 2, op.device, str(op.microbatch), ha="center",
-                va="center", fontsize=7, color="white")
+        shared.setdefault((op.device, op.start, op.end), []).append(op)
+    for op in timeline.ops:
+        pair = shared[(op.device, op.start, op.end)]
+        height = 0.8 / len(pair)
+        y = op.device - 0.4 + height * (pair.index(op) + 0.5)
+        ax.barh(y, op.end - op.start, height=height, left=op.start, color=colors[op.kind],
+                edgecolor="white", alpha=0.6 + 0.4 * (op.chunk == 0),
+                hatch="//" if op.direction else None)
+        ax.text((op.start + op.end) / 2, y, str(op.microbatch), ha="center",
+                va="center", fontsize=7 if len(pair) == 1 else 5, color="white")
     ax.set_yticks(range(timeline.devices), [f"device {d}" for d in range(timeline.devices)])
     ax.invert_yaxis()
     ax.set_xlabel("time (units)")

@@ -8,6 +8,7 @@ Two measurements, because they answer different questions:
    ``all_gather``) and records each call's payload P:
        all_reduce: the tensor            all_gather: the gathered output (n shards)
        reduce_scatter: the full input    broadcast: the tensor
+       send (``batch_isend_irecv``): the tensors of its isend operations (point-to-point)
    FSDP2 and ZeroRedundancyOptimizer call these through ``torch.distributed``, so they are seen.
    DDP's built-in all-reduce runs in C++ and is not: register ``allreduce_mean_hook`` (a DDP comm
    hook that all-reduces each gradient bucket through Python) to make it visible.
@@ -17,6 +18,7 @@ Two measurements, because they answer different questions:
        all_gather       (n-1)/n · P
        reduce_scatter   (n-1)/n · P
        broadcast        (n-1)/n · P      (pipelined chain, averaged over ranks)
+       send             P                (point-to-point: what this rank sends)
    With Ψ parameters (a count) in fp32: DDP sends 2(n-1)/n·4Ψ bytes per step, ZeRO-3
    3(n-1)/n·4Ψ; the ZeRO paper's "2Ψ" and "3Ψ" (in elements) are these for large n.
 
@@ -44,18 +46,21 @@ WRAPPED = {
     "reduce_scatter_tensor": ("reduce_scatter", "input", 1),
     "_reduce_scatter_base": ("reduce_scatter", "input", 1),
     "broadcast": ("broadcast", "tensor", 0),
+    "batch_isend_irecv": ("send", "p2p_op_list", 0),
 }
 
 
 def ring_factor(kind: str, world_size: int) -> float:
     """Bytes sent per rank per payload byte, for ring algorithms on ``world_size`` ranks."""
     n = world_size
-    return {"all_reduce": 2 * (n - 1) / n}.get(kind, (n - 1) / n)
+    return {"all_reduce": 2 * (n - 1) / n, "send": 1.0}.get(kind, (n - 1) / n)
 
 
 def _nbytes(obj) -> int:
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
+    if isinstance(obj, dist.P2POp):  # only what this rank sends; a receive is the peer's send
+        return _nbytes(obj.tensor) if getattr(obj.op, "__name__", "") in ("isend", "send") else 0
     if isinstance(obj, (list, tuple)):
         return sum(_nbytes(t) for t in obj)
     return 0

@@ -37,8 +37,9 @@ class Op:
     device: int
     microbatch: int
     chunk: int = 0  # virtual stage = chunk · p + device (interleaved); 0 otherwise
-    start: int = -1
-    end: int = -1
+    start: float = -1
+    end: float = -1
+    direction: int = 0  # DualPipe: 0 enters at device 0, 1 at device p-1 (pipeline_orders)
 
 
 @dataclass
@@ -50,11 +51,21 @@ class Timeline:
     ops: list[Op] = field(default_factory=list)
 
     @property
-    def makespan(self) -> int:
+    def makespan(self) -> float:
         return max(op.end for op in self.ops)
 
-    def busy(self, device: int) -> int:
-        return sum(op.end - op.start for op in self.ops if op.device == device)
+    def busy(self, device: int) -> float:
+        """Time ``device`` computes: the union of its ops' intervals (an overlapped F&B chunk is
+        two ops sharing one interval, counted once)."""
+        busy, reach = 0, float("-inf")
+        for start, end in sorted((op.start, op.end) for op in self.ops if op.device == device):
+            busy += max(end - max(start, reach), 0)
+            reach = max(reach, end)
+        return busy
+
+    def idle(self, device: int) -> float:
+        """Bubble of ``device`` in time units: makespan - busy (DeepSeek-V3 Table 2's "bubble")."""
+        return self.makespan - self.busy(device)
 
     @property
     def bubble_fraction(self) -> float:
@@ -64,17 +75,16 @@ class Timeline:
     def peak_activations(self, device: int) -> float:
         """Most micro-batch activations held at once on ``device`` (a chunk holds 1/v of one).
 
-        Held from the start of F until the end of its backward (of W when B/W are split: the
-        weight gradient still needs the layer inputs)."""
-        split = any(op.kind == "W" for op in self.ops)
-        release = "W" if split else "B"
+        Held from the start of F until the end of its backward (of its W when that micro-batch's
+        B/W are split: the weight gradient still needs the layer inputs)."""
+        mine = [op for op in self.ops if op.device == device]
+        split = {(op.chunk, op.direction, op.microbatch) for op in mine if op.kind == "W"}
         events = []
-        for op in self.ops:
-            if op.device != device:
-                continue
+        for op in mine:
+            key = (op.chunk, op.direction, op.microbatch)
             if op.kind == "F":
                 events.append((op.start, 1 / self.chunks))
-            elif op.kind == release:
+            elif op.kind == ("W" if key in split else "B"):
                 events.append((op.end, -1 / self.chunks))
         held = peak = 0.0
         for _, delta in sorted(events, key=lambda e: (e[0], e[1])):  # frees before allocs at a tie

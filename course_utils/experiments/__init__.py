@@ -8,7 +8,7 @@ torchrun, through ``course_utils.distributed.torchrun_entry``) can re-import it 
 - ``data_parallel``             lesson 07: the launcher at work; DDP == one large batch; no_sync;
                                 bytes; BatchNorm, SimCLR negatives and the MoCo queue across ranks
 - ``sharding``                  lesson 08: DDP, ZeRO-1, FSDP2 side by side; distributed checkpoint
-- ``pipeline_tensor_parallel``  lesson 09: a real pipeline and a real tensor-parallel MLP
+- ``pipeline_tensor_parallel``  lesson 09: a real pipeline, a real tensor-parallel MLP, ring attention
 
 The mechanisms they exercise (and their predictions) are in ``course_utils.distributed``.
 """

@@ -5,6 +5,9 @@
   with the unsplit model's.
 - ``tensor_parallel_mlp``: the Megatron column-then-row MLP (``distributed.tensor_parallel``)
   against the unsplit MLP and against torch's own DTensor version, all-reduces counted.
+- ``context_parallel``: ring attention (``distributed.context_parallel``) on a sequence split
+  across the ranks, against unsplit attention in fp64: outputs, dQ/dK/dV, kept-for-backward
+  bytes (ledger), point-to-point bytes (counted) and causal score blocks per rank.
 
 Workers take ``(rank, world_size, cfg=None)`` and return plain CPU values; ``suite`` runs both in
 one launch. The schedule simulator (no ranks needed) is ``distributed.pipeline.simulate``.
@@ -16,6 +19,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from course_utils.distributed.comm_count import CollectiveCounter
+from course_utils.distributed.context_parallel import (Ring, ring_attention, ring_bytes_per_step,
+                                                       score_blocks, split_sequence)
 from course_utils.distributed.launcher import worker_device
 from course_utils.distributed.pipeline import stage_slice
 from course_utils.distributed.tensor_parallel import ColumnRowMLP
@@ -23,6 +28,8 @@ from course_utils.experiments.toys import make_stack, make_transformer_mlp, rand
 
 PIPELINE_DEFAULTS = dict(width=32, depth=4, batch=16, microbatches=4, seed=0)
 TENSOR_PARALLEL_DEFAULTS = dict(hidden=32, batch=8, seed=0)
+CONTEXT_DEFAULTS = dict(batch=2, sequence=32, dim=16, seed=0)
+CONTEXT_ARMS = {"full": (False, False), "causal": (True, False), "causal zig-zag": (True, True)}
 
 
 def pipeline_two_stages(rank: int, world_size: int, cfg: dict | None = None) -> dict:
@@ -116,14 +123,68 @@ def _dtensor_version(full, x, world_size, seed, device):
         return (y - full(x)).abs().max().item()
 
 
+def _attention_unsplit(q, k, v, causal):
+    """softmax(q kᵀ/√d) v written out (the reference autograd differentiates)."""
+    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1),
+                          float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def context_parallel(rank: int, world_size: int, cfg: dict | None = None) -> dict:
+    """Ring attention on this rank's part of a fp64 sequence vs unsplit attention, per arm
+    (full, causal, causal zig-zag): max |difference| of output and dQ/dK/dV, kept-for-backward
+    bytes of the split and of the same Function on one unsplit process, bytes sent, score blocks."""
+    from course_utils.ledger import measure
+    c = settings(cfg, CONTEXT_DEFAULTS)
+    device, ring = worker_device(), Ring.of()
+    generator = torch.Generator().manual_seed(c.seed)
+    q, k, v, weight = (torch.randn(c.batch, c.sequence, c.dim, dtype=torch.float64,
+                                   generator=generator).to(device) for _ in range(4))
+    result = {}
+    for arm, (causal, zigzag) in CONTEXT_ARMS.items():
+        def leaves(*tensors):
+            return [t.detach().clone().requires_grad_() for t in tensors]
+
+        def local(x):
+            return split_sequence(x, ring, zigzag)
+
+        full = leaves(q, k, v)
+        reference = _attention_unsplit(*full, causal)
+        (reference * weight).sum().backward()
+        mine, counts = leaves(local(q), local(k), local(v)), {}
+        with CollectiveCounter() as comm:
+            out = ring_attention(*mine, ring, causal=causal, zigzag=zigzag, counts=counts)
+            (out * local(weight)).sum().backward()
+        gaps = {"output": (out - local(reference)).abs().max().item()}
+        for name, ours, theirs in zip("qkv", mine, full):
+            gaps[f"d{name}"] = (ours.grad - local(theirs.grad)).abs().max().item()
+
+        def kept(ring_, *tensors):
+            ts = leaves(*tensors)
+            return measure(lambda: (ring_attention(*ts[:3], ring_, causal=causal, zigzag=zigzag)
+                                    * ts[3]).sum().backward()).activation_bytes
+        block_bytes = mine[1].numel() * mine[1].element_size()
+        result[arm] = {"gaps": gaps, "sent_bytes": comm.payload["send"], "wire_bytes": comm.wire,
+                       "predicted_bytes": ring_bytes_per_step(block_bytes, world_size),
+                       "kept_split": kept(ring, local(q), local(k), local(v), local(weight)),
+                       "kept_unsplit": kept(Ring(), q, k, v, weight),
+                       "score_blocks": counts["forward_blocks"],
+                       "predicted_blocks": score_blocks(rank, world_size, causal, zigzag)}
+    return result
+
+
 pipeline_two_stages.min_world_size = 2      # tools/gpu_check.py skips it on one GPU
 
 
 def suite(rank: int, world_size: int, cfg: dict | None = None) -> dict:
-    """Lesson 09's real runs in one launch: the 2-stage pipeline and the tensor-parallel MLP."""
+    """Lesson 09's real runs in one launch: the 2-stage pipeline, the tensor-parallel MLP and
+    ring attention (context parallel)."""
     cfg = cfg or {}
     return {"pipeline": pipeline_two_stages(rank, world_size, cfg.get("pipeline")),
-            "tensor_parallel": tensor_parallel_mlp(rank, world_size, cfg.get("tensor_parallel"))}
+            "tensor_parallel": tensor_parallel_mlp(rank, world_size, cfg.get("tensor_parallel")),
+            "context_parallel": context_parallel(rank, world_size, cfg.get("context_parallel"))}
 
 
 suite.min_world_size = 2

@@ -6,8 +6,9 @@
 # Lessons 07–08 split the batch and the resident state. Here the model itself is cut: by layers
 # across devices (pipeline parallel, which costs idle time — *bubbles*) or inside each layer's
 # matrices (tensor parallel, which costs an all-reduce per layer). A schedule simulator checks
-# the bubble formulas; then both splits run for real on two ranks and must give the unsplit
-# model's gradients.
+# the bubble formulas, down to DeepSeek-V3's bidirectional DualPipe; then both splits run for real
+# on two ranks and must give the unsplit model's gradients. Last, the sequence itself is split
+# (context parallel, ring attention), for inputs too long for one device's activations.
 
 # %%
 # On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
@@ -25,11 +26,13 @@ SCALE = os.environ.get("COURSE_SCALE", "default")
 import matplotlib.pyplot as plt
 
 from course_utils.distributed import launch
+from course_utils.distributed import context_parallel as cp
 from course_utils.distributed import pipeline as pp
+from course_utils.distributed import pipeline_orders as po
 from course_utils.distributed.tensor_parallel import ColumnRowMLP
 from course_utils.experiments import pipeline_tensor_parallel as lesson
 from course_utils.exercises import check_close, check_equal
-from course_utils.plots import plot_timeline
+from course_utils.plots import plot_bars, plot_timeline
 from course_utils.report import headline, show_table
 from course_utils.runtime import setup
 from course_utils.scales import config
@@ -38,15 +41,18 @@ cfg = config(
     SCALE,
     ci=dict(seed=0, ranks=2, stages=4, microbatches=[1, 2, 4, 8], sweep_stages=[2, 4],
             real=dict(pipeline=dict(width=32, depth=4, batch=16, microbatches=4),
-                      tensor_parallel=dict(hidden=32, batch=8))),
+                      tensor_parallel=dict(hidden=32, batch=8),
+                      context_parallel=dict(batch=2, sequence=32, dim=16))),
     default=dict(seed=0, ranks=2, stages=4, microbatches=[1, 2, 4, 8, 16, 32, 64],
                  sweep_stages=[2, 4, 8],
                  real=dict(pipeline=dict(width=128, depth=8, batch=64, microbatches=8),
-                           tensor_parallel=dict(hidden=128, batch=32))),
+                           tensor_parallel=dict(hidden=128, batch=32),
+                           context_parallel=dict(batch=4, sequence=256, dim=32))),
     gpu=dict(seed=0, ranks=2, stages=4, microbatches=[1, 2, 4, 8, 16, 32, 64],
              sweep_stages=[2, 4, 8],
              real=dict(pipeline=dict(width=512, depth=8, batch=128, microbatches=8),
-                       tensor_parallel=dict(hidden=512, batch=64))),
+                       tensor_parallel=dict(hidden=512, batch=64),
+                       context_parallel=dict(batch=8, sequence=2048, dim=64))),
 )
 device = setup(SCALE, seed=cfg.seed)
 print(device, "| simulated stages:", cfg.stages)
@@ -75,6 +81,16 @@ print(device, "| simulated stages:", cfg.stages)
 #   paid in v× more point-to-point messages.
 # - **Zero bubble**: split B into B_input (gradient for the previous stage, on the critical path)
 #   and W (weight gradient, nobody waits for it). W can fill idle slots.
+# - **DualPipe** (DeepSeek-V3): every device holds two stages, d and p−1−d; half the
+#   micro-batches enter at device 0, half at device p−1, so both ends of the pipe start at once.
+#   In the main phase a device runs a forward of one direction overlapped with a backward of the
+#   other (an "F&B" chunk): one's all-to-all and pipeline sends hide behind the other's compute.
+#
+# **Context parallel (ring attention).** A sequence of S tokens is cut across n ranks. Attention
+# needs every query against every key, so key/value blocks travel round a ring while each rank
+# folds one block at a time into its output with an *online softmax* (a running log-sum-exp), so
+# no rank ever holds all keys or an S×S score matrix. The backward runs the ring again, each K/V
+# block travelling with its dK/dV accumulator.
 #
 # **Tensor parallel (Megatron).** An MLP y = GeLU(x W1ᵀ) W2ᵀ splits W1 by rows (output units,
 # "column parallel") and W2 by the matching columns ("row parallel"). GeLU acts per unit, so
@@ -129,12 +145,52 @@ show_table([{"cap on held micro-batches": name, "bubble": t.bubble_fraction,
 # %% [markdown]
 # The formula (p−1)(F+B−W) idle per device is reached with about **twice** 1F1B's activations
 # (2p − 1 micro-batches on the first device), not with GPipe's m: letting W wait longer buys
-# nothing more. This is the trade the zero-bubble paper (Qi et al., 2023) names ZB-H2; at 1F1B's
-# peak (cap p), W still fills part of 1F1B's bubble, and the gain is smaller. (The paper's ZB-H1
-# reaches (p−1)(F+B−W) at 1F1B's peak because it counts memory differently: after B_input only
-# W's inputs are kept, not the whole activation. In this simulator a micro-batch counts fully
-# until its W, so the cap-p row is what its accounting allows. These are greedy schedules under a
-# memory cap, not the paper's hand-written H1/H2 orders.)
+# nothing more, *for this greedy rule*, which starts forwards as soon as the cap allows. At
+# 1F1B's peak (cap p), W still fills part of 1F1B's bubble, and the gain is smaller. The paper's
+# hand-written ZB-H1 (Qi et al., 2023) does better at that same peak by choosing *which* W to
+# delay: device d lets its W's lag d micro-batches behind. The next section writes that order out
+# and it reaches (p−1)(F+B−W) holding p micro-batches, in this same accounting (held until W).
+
+# %% [markdown]
+# **Hand-written orders: 1F1B, ZB-H1, ZB-H2 and DualPipe at the same p and m.** Here every device
+# runs an explicit list of operations in order (`pipeline_orders.simulate_order`), each starting
+# as soon as the device is free and its inputs have arrived. Costs are in the DeepSeek-V3 report's
+# own notation (its Table 2): **F** a forward chunk, **B** the *full* backward of that chunk
+# (the kit's `backward`, B_input + W), **W** its weight-gradient part (so the kit's B_input is
+# B − W), and **F&B** one forward and one backward chunk run overlapped. The report's bubbles per
+# device: 1F1B (p−1)(F+B); ZB-H1 (p−1)(F+B−2W), which is the kit's (p−1)(F+B_input−W);
+# DualPipe (p/2−1)(F&B+B−3W). With communication free, overlapping buys nothing: F&B = F + B.
+
+# %%
+costs = dict(forward=1, backward=2, weight=1)          # F = 1, B = 2, W = 1 (B_input = 1)
+dp_m = 2 * p                                           # DualPipe needs m even and >= 2p
+orders = {s: po.simulate_order(s, p, dp_m, **costs) for s in po.ORDERS}
+fig, axes = plt.subplots(len(orders), 1, figsize=(11, 2.0 * len(orders)))
+for ax, (name, t) in zip(axes, orders.items()):
+    plot_timeline(t, ax)
+    ax.set_title(f"{name}: idle {t.idle(0):g} per device, peak activations "
+                 f"{max(t.peak_activations(d) for d in range(p)):g} (hatched: second direction; "
+                 f"half-height pairs: overlapped F&B)", fontsize=9)
+plt.tight_layout()
+plt.show()
+stages_held = {s: max(len({(op.direction, po.stage_of(op.device, op.direction, p))
+                           for op in t.ops if op.device == d}) for d in range(p)) for s, t in orders.items()}
+show_table([{"schedule": s, "idle per device (simulated)": [t.idle(d) for d in range(p)],
+             "report's formula": po.report_bubble(s, p, **costs) if s != "zb_h2" else "none stated",
+             "peak activations per device": [t.peak_activations(d) for d in range(p)],
+             "stages (parameters) per device": stages_held[s]} for s, t in orders.items()])
+
+# %% [markdown]
+# DualPipe halves the number of devices that wait for the pipe to fill, so its bubble has p/2−1
+# where the others have p−1; the price is two stages' parameters per device and p+1 micro-batches
+# of activations at peak. The same check with an overlapped chunk cheaper than F+B (F&B = 4 with
+# F = 2, B = 3, W = 1), where devices differ and the formula is the worst device's bubble:
+
+# %%
+overlap_costs = dict(forward=2, backward=3, weight=1, overlapped=4)
+dual_overlap = po.simulate_order("dualpipe", 8, 16, **overlap_costs)
+print("p = 8, m = 16, F&B = 4: idle per device", [dual_overlap.idle(d) for d in range(8)],
+      "| formula", po.report_bubble("dualpipe", 8, **overlap_costs))
 
 # %% [markdown]
 # ## 4 · The evidence
@@ -175,6 +231,15 @@ assert abs(zb["2p − 1"].bubble_fraction - zb_formula) < 1e-12 and zb["2p − 1
 assert abs(zb["no cap (up to m)"].bubble_fraction - zb_formula) < 1e-12          # more memory: no gain
 assert zb_formula < zb["1F1B's peak (p)"].bubble_fraction < pp.bubble_formula(p, zb_m)
 assert zb["1F1B's peak (p)"].peak_activations(0) == p
+# Hand-written orders vs DeepSeek-V3 Table 2, in the report's notation, on every device.
+for s in ("1f1b", "zb_h1", "dualpipe"):
+    assert all(orders[s].idle(d) == po.report_bubble(s, p, **costs) for d in range(p)), s
+assert [orders["zb_h1"].peak_activations(d) for d in range(p)] == [p] * p           # 1F1B's peak
+assert max(orders["zb_h2"].peak_activations(d) for d in range(p)) == 2 * p - 1
+assert [orders["dualpipe"].peak_activations(d) for d in range(p)] == [p + 1] * p    # PP + 1
+assert stages_held["dualpipe"] == 2 and stages_held["1f1b"] == 1                   # 2x parameters
+assert orders["dualpipe"].idle(0) < orders["zb_h1"].idle(0) < orders["1f1b"].idle(0)
+assert max(dual_overlap.idle(d) for d in range(8)) == po.report_bubble("dualpipe", 8, **overlap_costs)
 
 # %% [markdown]
 # **The real thing.** `torch.distributed.pipelining` on two ranks: rank 0 holds the first half of
@@ -213,6 +278,52 @@ for r in real:
 assert abs(real[-1]["pipeline"]["gpipe"]["loss"] - real[-1]["pipeline"]["loss_unsplit"]) < 1e-5
 
 # %% [markdown]
+# **Context parallel, for real.** The same launch ran ring attention
+# (`course_utils.distributed.context_parallel`) on a float64 sequence cut in two: each rank holds
+# half the queries, keys and values, passes its K/V block to the next rank with
+# `torch.distributed.batch_isend_irecv`, and folds each block in with the online softmax. The
+# backward is written out (a custom `autograd.Function`): it sends every K/V block round the ring
+# again together with its dK/dV accumulator, and one last hop brings each finished dK/dV home.
+# Three arms: full attention, causal with a contiguous split (rank r holds chunks 2r, 2r+1 of 2n),
+# and causal with the zig-zag split (chunks r and 2n−1−r). The reference is unsplit attention
+# written out and differentiated by autograd; the memory baseline is the same Function on one
+# process holding the whole sequence, measured by the ledger.
+
+# %%
+print(inspect.getsource(cp._RingAttention.forward))
+print(inspect.getsource(cp.ring_pass))
+ctx = {r: real[r]["context_parallel"] for r in range(cfg.ranks)}
+show_table([{"rank": r, "arm": arm, "max |out − unsplit|": x["gaps"]["output"],
+             "max |dQ,dK,dV − unsplit|": max(x["gaps"][g] for g in ("dq", "dk", "dv")),
+             "kept for backward (split / unsplit)": f"{x['kept_split']} / {x['kept_unsplit']}",
+             "bytes sent (counted / formula)": f"{x['sent_bytes']} / {x['predicted_bytes']}",
+             "score blocks": x["score_blocks"]} for r in ctx for arm, x in ctx[r].items()])
+ring_gap = max(max(x["gaps"].values()) for r in ctx for x in ctx[r].values())
+kept_ratio = max(x["kept_split"] / x["kept_unsplit"] for r in ctx for x in ctx[r].values())
+blocks = {f"{arm}, rank {r}": ctx[r][arm]["score_blocks"] for arm in ("causal", "causal zig-zag")
+          for r in ctx}
+plot_bars(blocks, title="causal attention: score blocks each rank computes", ylabel="blocks")
+plt.show()
+kv_bytes = ctx[0]["full"]["predicted_bytes"] // cp.ring_bytes_per_step(1, cfg.ranks)
+print(f"largest gap to unsplit attention (fp64): {ring_gap:.1e}; kept-for-backward split/unsplit "
+      f"{kept_ratio:.3f}; bytes sent per rank per step {ctx[0]['full']['sent_bytes']} = "
+      f"(6(n−1)+2)·{kv_bytes} (one rank's K block); bytes this process really wrote (gloo): "
+      f"{ctx[0]['full']['wire_bytes']}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for r in ctx:
+    for arm, x in ctx[r].items():
+        assert max(x["gaps"].values()) < 1e-12, (arm, x["gaps"])      # fp64: equal to rounding
+        assert x["kept_split"] * cfg.ranks == x["kept_unsplit"]       # 1/n of the unsplit (n = 2)
+        assert x["sent_bytes"] == x["predicted_bytes"] > 0
+        assert x["wire_bytes"] is None or x["wire_bytes"] >= x["sent_bytes"]
+        assert x["score_blocks"] == x["predicted_blocks"]
+plain = [ctx[r]["causal"]["score_blocks"] for r in ctx]
+zigzag = [ctx[r]["causal zig-zag"]["score_blocks"] for r in ctx]
+assert plain[-1] > plain[0] and len(set(zigzag)) == 1 and sum(zigzag) == sum(plain)
+
+# %% [markdown]
 # ## 5 · The boundary
 #
 # - The simulator's costs are uniform and communication is free. Real stages are never
@@ -223,6 +334,40 @@ assert abs(real[-1]["pipeline"]["gpipe"]["loss"] - real[-1]["pipeline"]["loss_un
 #   alive longer: about 2p micro-batches on the first stage instead of 1F1B's p (the cap table
 #   above). torch ships such schedules (`ScheduleInterleavedZeroBubble`, `ScheduleZBVZeroBubble`
 #   in `torch.distributed.pipelining`); this lesson runs GPipe and 1F1B for real, not those.
+#   The hand-written ZB-H2-style order here holds 2p − 1 micro-batches yet idles as long as
+#   ZB-H1 when F = B_input = W (the cell below); it gains only when B_input costs more than F,
+#   or when the next iteration's forwards fill its edges (the paper bypasses the synchronisation
+#   before the optimizer step for that).
+# - DualPipe's gain assumes what its overlap needs: the forward of one direction and the backward
+#   of the other are independent, so the communication of each (expert all-to-all, pipeline
+#   sends) can run while the other computes — the report dedicates some SMs to communication for
+#   this. The simulator makes communication free and instant, so it checks only the ordering; a
+#   real F&B chunk costs max(compute, communication) of the pair at best. The formula
+#   (p/2−1)(F&B+B−3W) also assumes the forward and the input-backward of a chunk take the same
+#   time (F = B − W): the cell below shows it missing otherwise. And every device stores two
+#   stages' parameters (and their gradients and optimizer state), so it pays when activations and
+#   bubbles, not parameters, are what binds (DeepSeek-V3 uses large expert parallelism, which
+#   keeps each device's share of parameters small).
+# - Ring attention sends, per rank and step, 2(n−1) K/V blocks forward and 4(n−1)+2 backward,
+#   whatever n is; it hides behind the block computation only when one block's attention takes
+#   longer than one block's transfer (long sequences). With a causal mask a contiguous split
+#   leaves the last rank the most score blocks (the bars above), and the whole ring waits for
+#   it; the zig-zag split gives every rank one early and one late chunk and equal work.
+
+# %%
+unequal = dict(forward=2, backward=2, weight=1)       # F = 2, B_input = 1: F ≠ B − W
+dual_unequal = po.simulate_order("dualpipe", p, dp_m, **unequal)
+h2_gain_costs = dict(forward=1, backward=3, weight=1)  # B_input = 2 > F
+h1_h2 = {s: po.simulate_order(s, p, 4 * p, **h2_gain_costs).idle(0) for s in ("zb_h1", "zb_h2")}
+print(f"DualPipe at F=2, B=2, W=1: idle {dual_unequal.idle(0):g} per device vs formula "
+      f"{po.report_bubble('dualpipe', p, **unequal):g}")
+print(f"ZB-H1 vs ZB-H2-style at F=B_input=W: idle {orders['zb_h1'].idle(0):g} vs "
+      f"{orders['zb_h2'].idle(0):g}; at B_input=2F: {h1_h2['zb_h1']:g} vs {h1_h2['zb_h2']:g}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert dual_unequal.idle(0) != po.report_bubble("dualpipe", p, **unequal)
+assert orders["zb_h2"].idle(0) == orders["zb_h1"].idle(0) and h1_h2["zb_h2"] < h1_h2["zb_h1"]
 # - Tensor parallel's two all-reduces per MLP (and two per attention block) sit on the critical
 #   path, with activations of size batch × sequence × hidden: fine inside one NVLink node, slow
 #   across nodes. That is why large runs combine them: TP inside a node, pipeline across nodes,
@@ -359,4 +504,14 @@ headline(
     pipeline_max_grad_gap=max(r["pipeline"][s]["grad_diff"] for r in real for s in ("gpipe", "1f1b")),
     tp_max_grad_gap=max(max(r["tensor_parallel"]["grad_diff"].values()) for r in real),
     tp_allreduce_bytes_over_predicted=tpr["allreduce_bytes"] / tpr["predicted_bytes"],
+    dualpipe_idle_p4=orders["dualpipe"].idle(0),
+    dualpipe_formula_p4=po.report_bubble("dualpipe", p, **costs),
+    zb_h1_idle_p4=orders["zb_h1"].idle(0),
+    one_f_one_b_idle_p4=orders["1f1b"].idle(0),
+    dualpipe_peak_activations=max(orders["dualpipe"].peak_activations(d) for d in range(p)),
+    ring_attention_max_gap=ring_gap,
+    ring_kept_split_over_unsplit=kept_ratio,
+    ring_bytes_over_formula=ctx[0]["full"]["sent_bytes"] / ctx[0]["full"]["predicted_bytes"],
+    causal_blocks_plain=plain,
+    causal_blocks_zigzag=zigzag,
 )

@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -247,8 +248,9 @@ def write_csv(path: Path, rows: list[tuple[str, dict]]) -> None:
 
 
 def grade_folder(autograder: Path, folder: Path, out: Path, *, timeout: float = 600.0,
-                 scale: str = "ci") -> Path:
-    """Grade every submission in ``folder``; return the path of scores.csv."""
+                 scale: str = "ci", jobs: int = 1) -> Path:
+    """Grade every submission in ``folder``, ``jobs`` at a time (each sandbox has its own uid and
+    limits, so they do not compete for the process limit); return the path of scores.csv."""
     autograder, out = Path(autograder), Path(out)
     if not autograder.is_file() or autograder.suffix != ".zip":
         raise ValueError(f"autograder must be an otter autograder .zip (from tools/assign.py), "
@@ -261,14 +263,19 @@ def grade_folder(autograder: Path, folder: Path, out: Path, *, timeout: float = 
         print(f"{bar}\n{missing}\n{bar}", file=sys.stderr)
     (out / "feedback").mkdir(parents=True, exist_ok=True)
     (out / "results").mkdir(parents=True, exist_ok=True)
-    rows = []
-    for sub in submissions(folder):
-        keep = out / "results" / sub.stem
-        r = run_one(sub, autograder, timeout=timeout, scale=scale, keep=keep)
+    if not (isinstance(jobs, int) and jobs >= 1):
+        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+
+    def grade(sub: Path) -> tuple[str, dict]:
+        r = run_one(sub, autograder, timeout=timeout, scale=scale, keep=out / "results" / sub.stem)
         (out / "feedback" / f"{sub.stem}.txt").write_text(r["feedback"])
         total = sum(s for s, _ in r["scores"].values())
-        print(f"{sub.name}: {r['status']}, {total:g} / {sum(m for _, m in r['scores'].values()):g}")
-        rows.append((sub.name, r))
+        print(f"{sub.name}: {r['status']}, {total:g} / {sum(m for _, m in r['scores'].values()):g}",
+              flush=True)
+        return sub.name, r
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        rows = list(pool.map(grade, submissions(folder)))
     write_csv(out / "scores.csv", rows)
     print(f"wrote {out / 'scores.csv'}")
     return out / "scores.csv"
@@ -283,9 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0,
                     help="seconds allowed per submission (default 600)")
     ap.add_argument("--scale", default="ci", help="COURSE_SCALE to grade at (default ci)")
+    ap.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
     args = ap.parse_args(argv)
     try:
-        grade_folder(args.autograder, args.folder, args.out, timeout=args.timeout, scale=args.scale)
+        grade_folder(args.autograder, args.folder, args.out, timeout=args.timeout, scale=args.scale,
+                     jobs=args.jobs)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -1,0 +1,236 @@
+"""Run one command with untrusted code in it: bubblewrap namespaces, resource limits, a clean
+environment, one writable scratch folder. Used by tools/grade.py, one sandbox per grading stage.
+
+With ``bwrap`` (Debian/Ubuntu: ``apt-get install bubblewrap``) the command sees:
+
+    /usr, /etc basics, the Python installation, the venv, the kit    read-only, at their own paths
+    the read-only inputs given (e.g. the submission)                  read-only, at their own paths
+    /grade (the scratch folder), with HOME=/grade/home, cwd /grade/work    the only writable place
+    /tmp                                                              a private tmpfs
+    its own network (loopback only, down), PIDs, IPC, hostname; no capabilities
+
+and dies with the grader (``--die-with-parent``), in its own session (``--new-session``: it cannot
+push keystrokes into the grader's terminal). Run as root, the command also drops to a fresh
+unprivileged uid (``setpriv``) so that the process limit counts only its own processes (Linux
+counts RLIMIT_NPROC per real uid and does not apply it to root) and so that root-owned files
+left readable in a bound folder stay unwritable.
+
+Limits (``setrlimit`` in the child before ``bwrap`` starts; every process inside inherits them):
+address space (RLIMIT_AS, per process), CPU seconds (RLIMIT_CPU, per process), processes and
+threads (RLIMIT_NPROC, per uid), size of any file written (RLIMIT_FSIZE), no core dumps.
+
+Without ``bwrap`` the command still gets the limits and the clean environment, but it can read
+and write whatever the grader's user can and reach the network; :func:`missing_isolation` says
+so, and tools/grade.py prints it loudly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import os
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+INSIDE = Path("/grade")  # where the scratch folder appears inside the sandbox
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
+             "passwd", "group", "hosts", "host.conf", "mime.types", "alternatives", "fonts")
+OUTPUT_CHARS = 200_000  # what is kept of a stage's stdout+stderr (its file is capped by FSIZE)
+UID_RANGE = (61000, 64999)  # unprivileged uids handed to sandboxes when the grader is root
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Per-process limits (``memory_bytes`` is address space, so it counts reserved as well as
+    touched memory: importing torch alone reserves ~3 GB); ``processes`` counts threads too."""
+    memory_bytes: int = 8 * 2**30
+    cpu_seconds: int = 1200
+    processes: int = 256
+    file_bytes: int = 2**30
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not (isinstance(v, int) and v > 0):
+                raise ValueError(f"Limits.{f.name} must be a positive int, got {v!r}")
+
+
+@dataclasses.dataclass
+class Outcome:
+    returncode: int | None  # None: killed at the time limit
+    output: str             # stdout and stderr together (the last OUTPUT_CHARS of it)
+    isolated: bool          # ran under bwrap
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap() -> str | None:
+    """Path of a working ``bwrap``, or None (not installed, or user namespaces refused)."""
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return None
+    probe = [exe, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--die-with-parent",
+             "true"]
+    if os.geteuid() != 0:
+        probe[1:1] = ["--unshare-user"]
+    ok = subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+    return exe if ok else None
+
+
+def missing_isolation() -> str | None:
+    """None when submissions are isolated; else what is missing and how to get it."""
+    if bwrap() is not None:
+        return None
+    why = "bwrap is not installed" if shutil.which("bwrap") is None else \
+        "bwrap is installed but cannot create namespaces here (unprivileged user namespaces off?)"
+    return (f"SUBMISSIONS ARE NOT ISOLATED: {why}. Each submission still runs with resource "
+            "limits and a clean environment, but it can read and write any file you can and "
+            "reach the network" + (", and as root the process limit does not apply"
+                                  if os.geteuid() == 0 else "") +
+            ". Install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`) and grade again.")
+
+
+_uids = itertools.count(random.randrange(*UID_RANGE))
+
+
+def _sandbox_uid() -> int:
+    """A uid owned by nothing else, so RLIMIT_NPROC counts only this sandbox's processes."""
+    lo, hi = UID_RANGE
+    return lo + (next(_uids) - lo) % (hi - lo)
+
+
+def _processes_of(uid: int) -> int:
+    """Threads now running under ``uid`` (RLIMIT_NPROC counts them all, not only the sandbox's)."""
+    n = 0
+    for task in Path("/proc").glob("[0-9]*/task/[0-9]*"):
+        try:
+            n += task.stat().st_uid == uid
+        except OSError:
+            pass
+    return n
+
+
+def _set_limits(limits: Limits, nproc: int) -> None:
+    """Runs in the child between fork and exec (no threads, no allocation-heavy work)."""
+    for which, value in ((resource.RLIMIT_AS, limits.memory_bytes),
+                         (resource.RLIMIT_CPU, limits.cpu_seconds),
+                         (resource.RLIMIT_NPROC, nproc),
+                         (resource.RLIMIT_FSIZE, limits.file_bytes),
+                         (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(which, (value, value))
+
+
+def _bind(args: list[str], flag: str, path: Path) -> None:
+    """Bind ``path`` at the same place; a symlink stays a symlink (merged-/usr systems)."""
+    if path.is_symlink():
+        args += ["--symlink", os.readlink(path), str(path)]
+    elif path.exists():
+        args += [flag, str(path), str(path)]
+
+
+def environment_paths() -> list[Path]:
+    """What Python, torch and the kit need, read-only: the system, the interpreter, the venv."""
+    paths = [Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/opt")]
+    paths += [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent]
+    return paths
+
+
+def bwrap_command(argv: list[str], scratch: Path, readonly: list[Path], uid: int | None) -> list[str]:
+    args = [bwrap(), "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid",
+            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "grader",
+            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    if uid is None:  # not root: an unprivileged user namespace, our own uid inside
+        args += ["--unshare-user"]
+    else:
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    seen: list[Path] = []
+    for p in sorted({Path(p) for p in environment_paths() + list(readonly)},
+                    key=lambda p: len(p.parts)):
+        if p.exists() and not any(p.is_relative_to(s) for s in seen if not s.is_symlink()):
+            seen.append(p)
+    # bwrap makes missing parents of a mount point 0700 when run as root: make them 0755 first
+    # so the unprivileged uid can reach what is bound there (they hold nothing else)
+    parents = sorted({a for p in seen for a in p.parents if a != Path("/")},
+                     key=lambda p: len(p.parts))
+    for a in parents:
+        if a not in seen and not a.is_symlink():
+            args += ["--perms", "0755", "--dir", str(a)]
+    for p in seen:
+        _bind(args, "--ro-bind", p)
+    args += ["--perms", "0755", "--dir", "/etc"]
+    for name in ETC_FILES:
+        _bind(args, "--ro-bind", Path("/etc") / name)
+    args += ["--bind", str(scratch), str(INSIDE), "--chdir", str(INSIDE / "work")]
+    if uid is not None:  # drop root: fresh uid, no groups, no capabilities, no setuid gains
+        args += ["--", shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}",
+                 f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
+                 "--no-new-privs"]
+    else:
+        args += ["--"]
+    return args + list(argv)
+
+
+def clean_environment(home: Path, extra: dict[str, str]) -> dict[str, str]:
+    """Only what grading needs: nothing of the grader's environment (tokens, keys, paths)."""
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+           "HOME": str(home), "TMPDIR": str(home.parent / "tmp"), "LANG": "C.UTF-8",
+           "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+           "CUDA_VISIBLE_DEVICES": ""}
+    env.update(extra)
+    return env
+
+
+def run(argv: list[str], scratch: Path, *, readonly: list[Path] = (), timeout: float,
+        limits: Limits = Limits(), env: dict[str, str] | None = None,
+        pass_fds: tuple[int, ...] = ()) -> Outcome:
+    """Run ``argv`` in a sandbox whose only writable folder is ``scratch`` (made here, with
+    ``home/``, ``work/`` and ``tmp/`` inside; seen as /grade when isolated). ``readonly`` paths
+    are visible at their own paths, read-only. On timeout everything it started is killed.
+
+    ``pass_fds``: descriptors the command inherits (e.g. the write end of a pipe for results)."""
+    if not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    scratch = Path(scratch).resolve()
+    for sub in ("home", "work", "tmp"):
+        (scratch / sub).mkdir(parents=True, exist_ok=True)
+    isolated = bwrap() is not None
+    root = os.geteuid() == 0
+    uid = _sandbox_uid() if isolated and root else None
+    if uid is not None:
+        for p in [scratch, *scratch.rglob("*")]:
+            os.chown(p, uid, uid, follow_symlinks=False)
+    base = INSIDE if isolated else scratch
+    full_env = clean_environment(base / "home", env or {})
+    if isolated:
+        full_env["TMPDIR"] = "/tmp"
+        cmd = bwrap_command(argv, scratch, list(readonly), uid)
+        # as root the sandbox uid is fresh: count from zero; else the limit must leave room for
+        # the processes the user already runs (they count against the same per-uid limit)
+        nproc = limits.processes + (0 if uid is not None else _processes_of(os.getuid()))
+    else:
+        cmd = list(argv)
+        nproc = limits.processes + _processes_of(os.getuid())
+    # output goes to a file outside the scratch folder, not a pipe: a submission printing
+    # without end would otherwise fill the grader's memory (the file is capped by RLIMIT_FSIZE)
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(cmd, env=full_env, cwd=scratch / "work", stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                pass_fds=pass_fds,
+                                preexec_fn=functools.partial(_set_limits, limits, nproc))
+        try:
+            returncode = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # bwrap's children die with it (--die-with-parent, then the PID namespace goes);
+            # without bwrap the process group is all we can reach
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            returncode = None
+        size = log.seek(0, os.SEEK_END)
+        log.seek(max(0, size - OUTPUT_CHARS))
+        return Outcome(returncode, log.read().decode(errors="replace"), isolated)

@@ -49,12 +49,23 @@ def execute(nb: Path, out: Path, scale: str) -> dict:
                             kernel_name="python3", progress_bar=True, config=KERNEL_CONFIG)
     except pm.PapermillExecutionError as err:
         first = next((l for l in err.source.splitlines() if l.strip()), "")
-        error = (f"cell {err.cell_index} (In [{err.exec_count}]: {first.strip()[:80]})\n"
+        error = (f"cell {lesson_cell_index(out, err.cell_index)} of notebooks/{nb.name} "
+                 f"(In [{err.exec_count}]: {first.strip()[:80]})\n"
                  f"    {err.ename}: {err.evalue[:1500]}")
     except Exception as err:  # kernel died, timeout, ...: keep going, report every broken lesson
         error = f"{type(err).__name__}: {str(err)[-1500:]}"
     figures = json.loads(headline_file.read_text()) if headline_file.exists() else {}
     return {"name": nb.stem, "seconds": time.time() - start, "figures": figures, "error": error}
+
+
+def lesson_cell_index(executed: Path, index: int) -> int:
+    """Index in the lesson of cell ``index`` of its executed copy, which papermill gave one more
+    cell (the injected parameters) after the parameters cell."""
+    try:
+        cells = nbformat.read(executed, as_version=4).cells
+    except (OSError, ValueError):
+        return index
+    return index - sum(1 for c in cells[:index] if "injected-parameters" in c.metadata.get("tags", []))
 
 
 def show(value) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ["01_resource_ledger.ipynb", "06_training_memory.ipynb"]
 HOW = "install Chromium (`apt-get install -y chromium`, as .ci/run does) to run it"
 
 
@@ -47,18 +48,31 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """(base url, token) of a JupyterLab serving the repository; stopped afterwards."""
+    """(base url, token, chromium) of a JupyterLab serving copies of the student editions of 01
+    and 06; stopped afterwards."""
     browser = chromium()
     port, token = free_port(), secrets.token_hex(16)
+    # copies: JupyterLab saves what it runs, and the committed notebooks carry no outputs
+    served = tmp_path_factory.mktemp("served")
+    (served / "notebooks" / "student").mkdir(parents=True)
+    for name in NOTEBOOKS:
+        shutil.copy(ROOT / "notebooks" / "student" / name, served / "notebooks" / "student" / name)
+    # every cell in the DOM (JupyterLab 4 otherwise renders only the cells in view)
+    settings = tmp_path_factory.mktemp("lab_settings")
+    (settings / "@jupyterlab" / "notebook-extension").mkdir(parents=True)
+    (settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings").write_text(
+        '{"windowingMode": "none"}')
     env = {**os.environ, "COURSE_SCALE": "ci", "MPLBACKEND": "module://matplotlib_inline.backend_inline",
            "JUPYTER_CONFIG_DIR": str(tmp_path_factory.mktemp("jupyter_config")),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path_factory.mktemp("lab_workspaces")),
+           "JUPYTERLAB_SETTINGS_DIR": str(settings),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     log = open(tmp_path_factory.mktemp("lab") / "lab.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={ROOT}",
-         "--LabApp.expose_app_in_browser=True", "--ServerApp.port_retries=0"],
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}",
+         "--LabApp.expose_app_in_browser=True", "--ServerApp.port_retries=0",
+         "--allow-root"],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -89,18 +103,24 @@ def run_all(page, base: str, token: str, notebook: str) -> None:
                            " && window.jupyterapp.shell.currentWidget.sessionContext.session"
                            " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
                            timeout=60_000)
-    page.wait_for_function("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
-                           ".status === 'idle'", timeout=60_000)
+    page.wait_for_function("(p => p.context.isReady && p.sessionContext.isReady && "
+                           "p.sessionContext.session.kernel.status === 'idle')"
+                           "(window.jupyterapp.shell.currentWidget)", timeout=60_000)
+    page.wait_for_timeout(2000)  # a kernel reported idle can still be connecting its channels
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    # the last cell (headline) has an execution count once the whole notebook has run
+    # done when the last cell has an execution count and the kernel is idle again
     page.wait_for_function(
-        """() => { const cells = document.querySelectorAll('.jp-Notebook .jp-CodeCell');
-                   const last = cells[cells.length - 1];
-                   const prompt = last && last.querySelector('.jp-InputPrompt');
-                   return prompt && /\\[\\d+\\]/.test(prompt.textContent); }""", timeout=120_000)
-    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
-                          ":has-text('Traceback')")
-    assert errors.count() == 0, errors.first.inner_text()
+        """() => { const p = window.jupyterapp.shell.currentWidget, cells = p.content.model.cells;
+                   const last = cells.get(cells.length - 1);
+                   return last.executionCount && p.sessionContext.session.kernel.status === 'idle'; }""",
+        timeout=300_000)
+    errors = page.evaluate(
+        """() => { const cells = window.jupyterapp.shell.currentWidget.content.model.cells, out = [];
+                   for (let i = 0; i < cells.length; i++) { const c = cells.get(i).toJSON();
+                     for (const o of c.outputs || []) if (o.output_type === 'error')
+                       out.push(i + ': ' + o.ename + ': ' + o.evalue); }
+                   return out; }""")
+    assert not errors, f"{notebook}: {errors}"
 
 
 def widget_text(widget) -> str:

@@ -18,15 +18,16 @@ $(STAMP): $(PY) pyproject.toml
 course: $(STAMP)
 	$(PY) tools/run_course.py --scale $${COURSE_SCALE:-default} $(NB)
 
-## make test: unit tests + every notebook end to end under nbval at CI scale
+## make test: unit tests + every notebook end to end under nbval at CI scale (-rs: say what was
+## skipped and why, e.g. the browser test without Chromium)
 test: $(STAMP)
-	COURSE_SCALE=ci MPLBACKEND=Agg $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider tests notebooks
+	COURSE_SCALE=ci MPLBACKEND=Agg $(PY) -m pytest -q -rs --nbval-lax --nbval-current-env -p no:cacheprovider --ignore=notebooks/student tests notebooks
 
-## make lab: JupyterLab on notebooks/
+## make lab: JupyterLab on the student editions (notebooks/student/: exercises blank, with checks)
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab notebooks/student/
 
-## make notebooks: regenerate notebooks/*.ipynb from their sources in notebooks/src/
+## make notebooks: regenerate notebooks/*.ipynb, the student editions and their checks from notebooks/src/
 notebooks: $(STAMP)
 	$(PY) tools/notebooks.py build
 

@@ -13,7 +13,7 @@ from torchvision.utils import make_grid
 from . import checks
 
 __all__ = ["show_images", "plot_curves", "plot_bars", "image_grid", "plot_memory_breakdown",
-           "what_fits_widget", "plot_timeline"]
+           "what_fits_widget", "what_fits_summary", "plot_timeline"]
 
 
 def image_grid(images, *, nrow: int = 8, pad: int = 1, pad_value: float = 1.0) -> np.ndarray:
@@ -214,6 +214,16 @@ def plot_memory_breakdown(report: dict, ax=None, title: str | None = None):
     return ax.figure
 
 
+def what_fits_summary(report: dict) -> str:
+    """One line per part of ``memory.what_fits(...)`` in GiB, then total against capacity."""
+    gib = 2 ** 30
+    lines = [f"{k}: {v / gib:.3f} GiB" for k, v in report["breakdown"].items()]
+    verdict = "fits" if report["fits"] else "does not fit"
+    lines.append(f"total: {report['total'] / gib:.3f} GiB of {report['capacity'] / gib:.1f} GiB "
+                 f"({verdict})")
+    return "\n".join(lines)
+
+
 def what_fits_widget():
     """Sliders/dropdowns over ``memory.what_fits``; redraws the stacked bar on every change."""
     import ipywidgets as w
@@ -230,6 +240,7 @@ def what_fits_widget():
             return
         plot_memory_breakdown(report)
         plt.show()
+        print(what_fits_summary(report))  # the same figures as text: readable, and testable
 
     return w.interactive(
         show,

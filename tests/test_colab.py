@@ -1,4 +1,5 @@
-"""The Colab path of every lesson notebook: the badge opens this very notebook from the course repo,
+"""The Colab path of every lesson notebook: the badge opens the lesson's student edition from the
+course repo (tools/template.py's REPO at REF),
 the install cell is tools/template.py's INSTALL_CELL (one pip command on Colab, nothing elsewhere),
 the parameters cell defines SCALE from COURSE_SCALE, and SCALE="gpu" without CUDA stops with a
 message that says what to do.
@@ -17,9 +18,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-from template import INSTALL_CELL, REPO, badge  # noqa: E402
+from template import INSTALL_CELL, REF, REPO, badge, kit_source, retarget  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+STUDENT = sorted((ROOT / "notebooks" / "student").glob("[0-9][0-9]_*.ipynb"))
 BADGE_LINK = re.compile(r"\[!\[Open In Colab\]\((?P<img>[^)]+)\)\]\((?P<url>[^)]+)\)")
 
 
@@ -36,8 +38,8 @@ def test_there_are_notebooks():
     assert NOTEBOOKS, "no notebooks/NN_name.ipynb: run `make notebooks`"
 
 
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
-def test_badge_opens_this_notebook_from_the_repo(nb):
+@pytest.mark.parametrize("nb", NOTEBOOKS + STUDENT, ids=lambda p: p.parent.name + "/" + p.stem)
+def test_badge_opens_the_student_edition_from_the_repo(nb):
     title = json.loads(nb.read_text())["cells"][0]
     assert title["cell_type"] == "markdown"
     text = source(title)
@@ -48,15 +50,16 @@ def test_badge_opens_this_notebook_from_the_repo(nb):
     assert img == "https://colab.research.google.com/assets/colab-badge.svg"
     u = urlparse(url)
     assert (u.scheme, u.netloc) == ("https", "colab.research.google.com")
-    prefix = f"/github/{REPO}/blob/main/"
-    assert u.path.startswith(prefix), f"{nb.name}: badge must open github/{REPO} at main: {url}"
+    prefix = f"/github/{REPO}/blob/{REF}/"
+    assert u.path.startswith(prefix), f"{nb.name}: badge must open github/{REPO} at {REF}: {url}"
     path_in_repo = u.path[len(prefix):]
-    assert path_in_repo == f"notebooks/{nb.name}", f"{nb.name}: badge opens {path_in_repo}"
+    assert path_in_repo == f"notebooks/student/{nb.name}", \
+        f"{nb.name}: badge opens {path_in_repo}, not the student edition (no solutions)"
     assert (ROOT / path_in_repo).is_file()
     assert badge(nb.stem) in text  # and it is exactly what tools/template.py writes
 
 
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("nb", NOTEBOOKS + STUDENT, ids=lambda p: p.parent.name + "/" + p.stem)
 def test_first_code_cell_is_the_install_cell(nb):
     assert source(code_cells(nb)[0]) == INSTALL_CELL
 
@@ -82,7 +85,26 @@ def test_install_cell_is_one_unpinned_pip_command_on_colab(monkeypatch):
     (cmd,), kwargs = calls[0]
     assert cmd[:4] == [sys.executable, "-m", "pip", "install"] and kwargs.get("check") is True
     targets = [a for a in cmd[4:] if not a.startswith("-")]
-    assert targets == [f"git+https://github.com/{REPO}.git"]
+    assert targets == [kit_source()] == [f"git+https://github.com/{REPO}.git@{REF}"]
+
+
+def test_a_fork_retargets_badge_and_install_cell_in_one_command(tmp_path):
+    """docs: `python tools/template.py --repo you/fork --ref dev` rewrites the one setting and
+    every lesson source's badge and install cell."""
+    src = tmp_path / "notebooks" / "src"
+    src.mkdir(parents=True)
+    lesson = (ROOT / "notebooks" / "src" / "01_resource_ledger.py").read_text()
+    (src / "01_resource_ledger.py").write_text(lesson)
+    template = tmp_path / "template.py"
+    template.write_text((ROOT / "tools" / "template.py").read_text())
+    changed = retarget("you/fork", "dev", root=tmp_path, setting=template)
+    text = (src / "01_resource_ledger.py").read_text()
+    assert changed == [src / "01_resource_ledger.py", template]
+    assert badge("01_resource_ledger", "you/fork", "dev") in text and badge("01_resource_ledger") not in text
+    assert "git+https://github.com/you/fork.git@dev" in text and INSTALL_CELL not in text
+    assert 'REPO = "you/fork"' in template.read_text() and 'REF = "dev"' in template.read_text()
+    with pytest.raises(ValueError, match="owner/name"):
+        retarget("not a repo", "main", root=tmp_path, setting=template)
 
 
 def test_kit_does_not_pin_torch_exactly():

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import grade  # noqa: E402
-from template import REPO  # noqa: E402
+from template import kit_source  # noqa: E402
 
 # slow (~5-8 s), mostly jsonschema importing rfc3987_syntax
 from otter.assign import main as otter_assign  # noqa: E402
@@ -81,7 +81,7 @@ def assignment_config(name: str) -> str:
     ])
 
 
-REQUIREMENTS = f"course-utils @ git+https://github.com/{REPO}.git\n"
+REQUIREMENTS = f"course-utils @ {kit_source()}\n"
 
 
 def _source(cell: dict) -> str:

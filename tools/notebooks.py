@@ -7,11 +7,17 @@ build`` (``make notebooks``) writes ``notebooks/NN_name.ipynb`` with no outputs;
 this file only fixes what the committed notebook carries: the kernelspec nbval and papermill need,
 cell tags (no other cell metadata) and stable cell ids, so rebuilding an unchanged source changes
 nothing. ``tests/test_notebooks_meta.py`` checks every committed notebook against its source.
+
+It also writes each lesson's student edition, ``notebooks/student/NN_name.ipynb``, and its
+exercise checks, ``course_utils/practice_data/NN_name.json`` (tools/student.py);
+``tests/test_student_editions.py`` checks they are up to date.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+import json
 
 import jupytext
 import nbformat
@@ -19,6 +25,9 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "notebooks" / "src"
 OUT = ROOT / "notebooks"
+STUDENT = OUT / "student"
+PRACTICE_DATA = ROOT / "course_utils" / "practice_data"
+sys.path.insert(0, str(ROOT / "tools"))
 
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
@@ -44,17 +53,26 @@ def render(src: Path) -> str:
     return nbformat.writes(notebook(src)) + "\n"
 
 
+def student_files(src: Path) -> dict[Path, str]:
+    """{path: text} of the student edition and the practice data built from ``src``."""
+    from student import student_edition
+    nb, data = student_edition(notebook(src), src.stem)
+    return {STUDENT / f"{src.stem}.ipynb": nbformat.writes(nb) + "\n",
+            PRACTICE_DATA / f"{src.stem}.json": json.dumps(data, indent=1, ensure_ascii=False) + "\n"}
+
+
 def sources() -> list[Path]:
     return sorted(SRC.glob("[0-9][0-9]_*.py"))
 
 
 def build() -> None:
     for src in sources():
-        target = OUT / (src.stem + ".ipynb")
-        text = render(src)
-        if not target.exists() or target.read_text() != text:
-            target.write_text(text)
-            print(f"wrote {target.relative_to(ROOT)}")
+        files = {OUT / (src.stem + ".ipynb"): render(src), **student_files(src)}
+        for target, text in files.items():
+            if not target.exists() or target.read_text() != text:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text)
+                print(f"wrote {target.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 01 · The resource ledger of one update step
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/01_resource_ledger.ipynb)
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/01_resource_ledger.ipynb)
 #
 # A learning objective is also a plan for spending compute. Before running an experiment we draw
 # up the **resource ledger** (资源账) of one update step — and in this notebook we predict every
@@ -13,7 +13,7 @@ import sys
 if "google.colab" in sys.modules:
     import subprocess
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+                    "git+https://github.com/training-ledger/course-kit.git@main"], check=True)
 
 # %% tags=["parameters"]
 import os

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 02 · In-batch contrastive learning (SimCLR): candidates cost images
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/02_simclr.ipynb)
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/02_simclr.ipynb)
 #
 # SimCLR learns by telling each image's two augmented views apart from every other image in the
 # batch. The other images are the candidates (批内候选, in-batch candidates) — so more candidates
@@ -14,7 +14,7 @@ import sys
 if "google.colab" in sys.modules:
     import subprocess
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+                    "git+https://github.com/training-ledger/course-kit.git@main"], check=True)
 
 # %% tags=["parameters"]
 import os

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 03 · MoCo: candidates from history, kept consistent by a slow momentum
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/03_moco.ipynb)
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/03_moco.ipynb)
 #
 # SimCLR pays for every candidate with an image in the batch (lesson 02). MoCo keeps a queue
 # (历史字典, history dictionary) of K keys from past batches and compares each query against all
@@ -14,7 +14,7 @@ import sys
 if "google.colab" in sys.modules:
     import subprocess
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+                    "git+https://github.com/training-ledger/course-kit.git@main"], check=True)
 
 # %% tags=["parameters"]
 import os

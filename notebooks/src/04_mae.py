@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 04 · MAE: the expensive encoder sees only the visible patches
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/04_mae.ipynb)
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/04_mae.ipynb)
 #
 # *Needing to predict more positions does not have to mean letting the expensive encoder see every
 # position.* A masked autoencoder removes 75% of the patches **before** the encoder, and lets a
@@ -15,7 +15,7 @@ import sys
 if "google.colab" in sys.modules:
     import subprocess
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+                    "git+https://github.com/training-ledger/course-kit.git@main"], check=True)
 
 # %% tags=["parameters"]
 import os

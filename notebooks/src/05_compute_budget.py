@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 05 · The objective decides where compute goes
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/05_compute_budget.ipynb)
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/05_compute_budget.ipynb)
 #
 # Lessons 02–04 each changed one ledger line. Here the four objectives — supervised, SimCLR,
 # MoCo, MAE — stand side by side at the same batch and the same compute budgets, each beside a
@@ -14,7 +14,7 @@ import sys
 if "google.colab" in sys.modules:
     import subprocess
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+                    "git+https://github.com/training-ledger/course-kit.git@main"], check=True)
 
 # %% tags=["parameters"]
 import os

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 06 · Training memory is more than one copy of the weights
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/06_training_memory.ipynb)
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/06_training_memory.ipynb)
 #
 # The *resident state* and *kept for backward* lines of the ledger, for real: how many bytes one
 # training step needs, predicted by formula before running, then checked against measurement.
@@ -12,7 +12,7 @@ import sys
 if "google.colab" in sys.modules:
     import subprocess
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+                    "git+https://github.com/training-ledger/course-kit.git@main"], check=True)
 
 # %% tags=["parameters"]
 import os

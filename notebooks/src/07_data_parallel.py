@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 07 · Data parallel: two devices, different data, one set of parameters
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/07_data_parallel.ipynb)
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/07_data_parallel.ipynb)
 #
 # The *communicated* line of the ledger appears. Two processes — real `torch.distributed` ranks,
 # gloo on this CPU, NCCL on GPUs — each take half of the batch, and still take **one** update:
@@ -14,7 +14,7 @@ import sys
 if "google.colab" in sys.modules:
     import subprocess
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+                    "git+https://github.com/training-ledger/course-kit.git@main"], check=True)
 
 # %% tags=["parameters"]
 import os

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 08 · Sharding: spread the resident state, pay in communication
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/08_sharding.ipynb)
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/08_sharding.ipynb)
 #
 # Data parallelism (lesson 07) copies the *resident state* — weights, gradients, optimizer
 # moments — onto every rank. Sharding keeps 1/n of it per rank and fetches the rest when it is
@@ -14,7 +14,7 @@ import sys
 if "google.colab" in sys.modules:
     import subprocess
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+                    "git+https://github.com/training-ledger/course-kit.git@main"], check=True)
 
 # %% tags=["parameters"]
 import os

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 09 · Pipeline and tensor parallel: split the model, not the batch
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/09_pipeline_tensor_parallel.ipynb)
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/09_pipeline_tensor_parallel.ipynb)
 #
 # Lessons 07–08 split the batch and the resident state. Here the model itself is cut: by layers
 # across devices (pipeline parallel, which costs idle time — *bubbles*) or inside each layer's
@@ -16,7 +16,7 @@ import sys
 if "google.colab" in sys.modules:
     import subprocess
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+                    "git+https://github.com/training-ledger/course-kit.git@main"], check=True)
 
 # %% tags=["parameters"]
 import os

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 10 · Checkpoint and resume, done right
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/10_checkpoint_resume.ipynb)
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/10_checkpoint_resume.ipynb)
 #
 # A checkpoint is the *resident state* line of the ledger written to disk — all of it, not just the
 # weights. This lesson checks what "all of it" means by resuming a run and comparing bit for bit.
@@ -12,7 +12,7 @@ import sys
 if "google.colab" in sys.modules:
     import subprocess
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+                    "git+https://github.com/training-ledger/course-kit.git@main"], check=True)
 
 # %% tags=["parameters"]
 import os

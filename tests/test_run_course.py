@@ -1,0 +1,46 @@
+"""`make course` (tools/run_course.py) talks to its user: per lesson, as soon as it finishes, its
+time, headline figures and executed notebook; on an error, the failing cell; no kernel TCP
+warning; build/index.html linking each lesson's HTML export beside its figures and time."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import run_course  # noqa: E402
+
+
+def _lesson(path: Path, *cells: str) -> None:
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python",
+                                                           "display_name": "Python 3"}})
+    params = nbformat.v4.new_code_cell('SCALE = "default"')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, *[nbformat.v4.new_code_cell(c) for c in cells]]
+    nbformat.write(nb, path)
+
+
+def test_course_runner_reports_each_lesson_and_writes_an_index(tmp_path, monkeypatch, capfd):
+    (tmp_path / "notebooks").mkdir()
+    _lesson(tmp_path / "notebooks" / "01_fine.ipynb",
+            "from course_utils.report import headline\nheadline(answer=42, scale=SCALE)")
+    _lesson(tmp_path / "notebooks" / "02_broken.ipynb", "x = 1", "y = x / 0  # the bad cell")
+    monkeypatch.setattr(run_course, "ROOT", tmp_path)
+    monkeypatch.setattr(run_course, "BUILD", tmp_path / "build")
+    assert run_course.run("ci", []) == 1
+    out, err = capfd.readouterr()
+    fine = out.index("01_fine done in")
+    assert out.index("answer: 42") > fine and out.index("scale: ci") > fine
+    assert "-> build/01_fine.ipynb" in out and out.index("answer: 42") < out.index("02_broken")
+    assert "FAILED 02_broken" in out and \
+        "cell 2 of notebooks/02_broken.ipynb (In [4]: y = x / 0  # the bad cell)" in out
+    assert "ZeroDivisionError: division by zero" in out and "build/02_broken.ipynb" in out
+    assert "Executing:" in err  # papermill's per-cell progress bar
+    assert "without encryption" not in out + err
+    index = (tmp_path / "build" / "index.html").read_text()
+    assert '<a href="01_fine.html">01_fine</a>' in index and "<td>answer</td><td>42</td>" in index
+    assert "ZeroDivisionError" in index
+    exported = (tmp_path / "build" / "01_fine.html").read_text()
+    assert "'answer': 42" in exported and "<html" in exported  # the output, exported

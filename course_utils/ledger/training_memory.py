@@ -30,7 +30,9 @@ def measure_tinygpt(layers: int, hidden: int, heads: int, vocab: int, seq: int, 
     checks.positive_int(steps, "steps")
     device = torch.device(device)
     torch.manual_seed(seed)
-    model = TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute).to(device)
+    model = TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute)
+    if device != torch.device("cpu"):  # (moving fake tensors, even cpu -> cpu, is not allowed)
+        model = model.to(device)
     opt = make_optimizer(optimizer, model.parameters())
     x, y = random_tokens(batch, seq, vocab, generator=torch.Generator().manual_seed(seed), device=device)
     ctx = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if autocast else contextlib.nullcontext

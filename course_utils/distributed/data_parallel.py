@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from course_utils.distributed.collectives import all_gather_with_grad, all_reduce_with_grad
 from course_utils.distributed.launcher import worker_device
+from course_utils.ledger.measured import storage_key
 from course_utils.objectives.simclr import nt_xent_loss
 
 
@@ -38,8 +39,10 @@ def wrap_ddp(model: nn.Module) -> DDP:
     and the ledger's 4Ψ of gradients is the whole story (``grad_storages`` shows it).
     """
     device = worker_device()
+    # init_sync broadcasts rank 0's weights; a fake process group (ledger.fake_world) has no
+    # other ranks and fake tensors no values to send
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-               gradient_as_bucket_view=True)
+               gradient_as_bucket_view=True, init_sync=dist.get_backend() != "fake")
 
 
 def grad_storages(model: nn.Module) -> dict:
@@ -50,8 +53,7 @@ def grad_storages(model: nn.Module) -> dict:
     storages = {}
     for p in model.parameters():
         if p.grad is not None:
-            s = p.grad.untyped_storage()
-            storages[s.data_ptr()] = s.nbytes()
+            storages[storage_key(p.grad)] = p.grad.untyped_storage().nbytes()
     return {"storages": len(storages), "bytes": sum(storages.values()),
             "grads": sum(1 for p in model.parameters() if p.grad is not None)}
 

@@ -13,7 +13,8 @@
 - ``comm_bytes``: with a process group (real, or ``fake_world``), the bytes this rank sends,
   ``Σ ring_factor(kind, n) · payload`` over the collectives the step calls
   (``course_utils.distributed.comm_count.CollectiveCounter``; DDP needs its comm hook), and
-  ``comm``, the same per collective kind;
+  ``comm``, the same per collective kind; ``wire_bytes``, what this process really wrote to its
+  sockets meanwhile (gloo on Linux, else None);
 - ``encoded``: how many items went through each named encoder (images, or patch tokens);
 - ``peak_bytes``: on CUDA only, ``torch.cuda.max_memory_allocated`` during the step
   (``cuda.cuda_peak_bytes``).
@@ -226,7 +227,7 @@ def measure(step, *, model: nn.Module | None = None, optimizer=None, caches=(),
     tracker = _SavedTensorTracker(exclude)
     flops = _FlopSplitter()
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    comm = CollectiveCounter() if world > 1 else None
+    comm = CollectiveCounter() if dist.is_available() and dist.is_initialized() else None
 
     def hooked_step():
         with flops, torch.autograd.graph.saved_tensors_hooks(tracker.pack, tracker.unpack), \
@@ -258,4 +259,5 @@ def measure(step, *, model: nn.Module | None = None, optimizer=None, caches=(),
         backward_flops=flops.backward, activation_bytes=tracker.peak,
         **resident_bytes(model, optimizer, caches), encoded=counts, fake=fake, world_size=world,
         comm_bytes=sum(c["sent_bytes"] for c in breakdown.values()), comm=breakdown,
+        wire_bytes=comm.wire if comm is not None else None,
         saved_tensors=tracker.count, peak_bytes=peak, device=str(device), notes=notes)

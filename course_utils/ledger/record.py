@@ -28,6 +28,7 @@ class LedgerRecord:
     cache_bytes: int
     comm_bytes: int = 0
     comm: dict = field(default_factory=dict)  # kind -> {"calls", "payload_bytes", "sent_bytes"}
+    wire_bytes: int | None = None   # written to sockets during the step (gloo on Linux)
     world_size: int = 1
     fake: bool = False          # measured on fake tensors: no values, no peak reading
     encoded: dict = field(default_factory=dict)
@@ -43,7 +44,7 @@ class LedgerRecord:
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in LEDGER_LINES}
         d.update(resident_bytes=self.resident_bytes, peak_bytes=self.peak_bytes,
-                 encoded=dict(self.encoded), device=self.device, comm=dict(self.comm),
+                 encoded=dict(self.encoded), device=self.device, comm=dict(self.comm), wire_bytes=self.wire_bytes,
                  world_size=self.world_size, fake=self.fake)
         return d
 

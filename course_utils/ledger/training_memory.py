@@ -13,6 +13,7 @@ import time
 import torch
 
 from .. import checks
+from ..models import to_device
 from ..optim import make_optimizer
 from ..transformer import RECOMPUTE_MODES, TinyGPT, random_tokens
 from .measured import measure
@@ -30,9 +31,7 @@ def measure_tinygpt(layers: int, hidden: int, heads: int, vocab: int, seq: int, 
     checks.positive_int(steps, "steps")
     device = torch.device(device)
     torch.manual_seed(seed)
-    model = TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute)
-    if device != torch.device("cpu"):  # (moving fake tensors, even cpu -> cpu, is not allowed)
-        model = model.to(device)
+    model = to_device(TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute), device)
     opt = make_optimizer(optimizer, model.parameters())
     x, y = random_tokens(batch, seq, vocab, generator=torch.Generator().manual_seed(seed), device=device)
     ctx = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if autocast else contextlib.nullcontext

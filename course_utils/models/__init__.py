@@ -5,7 +5,7 @@
   ``sincos_position_embedding_2d``; its pieces (patchify, embed, encode tokens) run separately for MAE.
 - ``heads.py``: ``MLP`` and ``ProjectionHead``.
 - here: ``build_encoder(name, image_size, in_channels)`` for the names in ``ENCODERS``,
-  ``count_parameters`` and ``clone_module``.
+  ``count_parameters``, ``clone_module`` and ``to_device``.
 
 Every model is small enough to train on two CPU cores at the lessons' CI/default scales and plain
 enough that the ledger (course_utils.ledger) sees every operation: ReLUs are not in place (an
@@ -38,6 +38,7 @@ __all__ = [
     "build_encoder",
     "count_parameters",
     "clone_module",
+    "to_device",
     "ENCODERS",
 ]
 
@@ -101,3 +102,12 @@ def clone_module(module: nn.Module) -> nn.Module:
         memo[id(b)] = b.detach().clone()
     with torch.no_grad():
         return copy.deepcopy(module, memo)
+
+
+def to_device(module: nn.Module, device) -> nn.Module:
+    """``module.to(device)``, skipped when it is already there: fake tensors
+    (course_utils.ledger.fake_mode) cannot be moved, not even to their own device."""
+    device = torch.device(device)
+    if all(t.device == device for t in list(module.parameters()) + list(module.buffers())):
+        return module
+    return module.to(device)

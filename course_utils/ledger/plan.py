@@ -43,3 +43,95 @@ def tensor_parallel_ledger(mesh, *, hidden: int, batch: int, seq: int, layers: i
         opt.step()
     step()
     return measure(step, model=model, optimizer=opt)
+
+
+# ---------------------------------------------------------------------------------------------
+# The papers' models
+# ---------------------------------------------------------------------------------------------
+def resnet50_encoder() -> nn.Module:
+    """torchvision's ResNet-50 without its classifier (2048 features): SimCLR's and MoCo's
+    backbone. 23.5 M parameters (25.6 M with the 1000-class head the papers count)."""
+    from torchvision.models import resnet50
+    model = resnet50(weights=None)
+    model.fc = nn.Identity()
+    model.feature_dim = 2048
+    return model
+
+
+def vit_large_16(image_size: int = 224) -> nn.Module:
+    """ViT-L/16 (24 blocks, width 1024, 16 heads, MLP 4096) built with the kit's ``ViT``
+    (no class token; fixed sin-cos positions): the MAE paper's encoder."""
+    from ..models import ViT
+    return ViT(image_size=image_size, patch_size=16, dim=1024, depth=24, heads=16, mlp_ratio=4)
+
+
+def ssl_ledger(objective: str, batch: int, *, image_size: int = 224, queue_size: int = 65536,
+               mask_ratio: float = 0.75, mask_tokens_in_encoder: bool = False,
+               encoder: nn.Module | None = None):
+    """Ledger of one step of ``objective`` ('simclr', 'moco' on ResNet-50, 'mae' on ViT-L/16)
+    at ``batch`` images of ``image_size`` px, SGD with momentum (the papers use LARS / AdamW:
+    the same one or two state copies per parameter; 'mae' uses AdamW). The model is built here,
+    so call it inside ``fake_mode()`` at paper sizes. MAE's decoder: 8 blocks of width 512.
+    """
+    from ..augment import SimCLRAugment
+    from ..models.heads import ProjectionHead
+    from ..objectives import MAE, MoCo, SimCLR, make_step
+    from ..optim import make_optimizer
+    checks.choice(objective, "objective", ("simclr", "moco", "mae"))
+    checks.positive_int(batch, "batch")
+    torch.manual_seed(0)
+    augment = None
+    if objective == "mae":
+        model = MAE(encoder or vit_large_16(image_size), mask_ratio=mask_ratio, decoder_dim=512,
+                    decoder_depth=8, decoder_heads=16, mask_tokens_in_encoder=mask_tokens_in_encoder)
+        opt = make_optimizer("adamw", model.parameters(), lr=1.5e-4, foreach=False)
+    else:
+        backbone = encoder or resnet50_encoder()
+        head = ProjectionHead(backbone.feature_dim, 2048, 128)
+        model = (SimCLR(backbone, head) if objective == "simclr"
+                 else MoCo(backbone, head, queue_size=queue_size, bn_groups=1, shuffle_keys=False))
+        opt = make_optimizer("sgd-momentum", model.parameters(), lr=0.3, foreach=False)
+        augment = SimCLRAugment(image_size)
+    step = make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0))
+    images = torch.rand(batch, 3, image_size, image_size)
+    step((images, None))   # creates the optimizer state
+    return measure(lambda: step((images, None)), model=model, optimizer=opt, caches=model.caches,
+                   encoders=model.ledger_encoders)
+
+
+def gpt_ledger(*, layers: int, hidden: int, heads: int, vocab: int, seq: int, batch: int,
+               strategy: str = "single", mesh=None, recompute: str = "none"):
+    """Ledger of one step of a GPT-like ``TinyGPT`` (tied head, MLP 4h) with AdamW, forward in
+    bf16 autocast (fp32 parameters, gradients and moments: 16 bytes per parameter) on ``batch``
+    sequences of ``seq`` tokens per rank. ``strategy``: 'single', 'ddp' (gradients all-reduced
+    through ``allreduce_mean_hook``) or 'fsdp' (FSDP2 per block and at the root, over ``mesh``).
+    """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from ..distributed.comm_count import allreduce_mean_hook
+    from ..distributed.sharding import fully_shard
+    from ..transformer import TinyGPT
+    checks.choice(strategy, "strategy", ("single", "ddp", "fsdp"))
+    if strategy != "single" and mesh is None:
+        raise ValueError(f"strategy={strategy!r} needs mesh= (e.g. the one fake_world yields)")
+    torch.manual_seed(0)
+    model = TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute)
+    module = model
+    if strategy == "ddp":
+        module = DDP(model, init_sync=False, gradient_as_bucket_view=True)
+        module.register_comm_hook(None, allreduce_mean_hook)
+    elif strategy == "fsdp":
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=False)
+    tokens = torch.randint(vocab, (batch, seq + 1), generator=torch.Generator().manual_seed(0))
+    x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = module(x)
+        F.cross_entropy(logits.flatten(0, 1).float(), y.flatten()).backward()
+        opt.step()
+    return measure(step, model=model, optimizer=opt)

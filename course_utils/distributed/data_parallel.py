@@ -118,7 +118,7 @@ def nt_xent_local_with_global_negatives(z1: torch.Tensor, z2: torch.Tensor,
     rank, n = dist.get_rank(), dist.get_world_size()
     b = z1.shape[0]
     every1, every2 = all_gather_with_grad(z1), all_gather_with_grad(z2)  # nB×d each
-    others = torch.ones(n * b, dtype=torch.bool, device=z1.device)
-    others[rank * b:(rank + 1) * b] = False                               # drop my own rows
-    negatives = torch.cat([every1[others], every2[others]])               # 2(n-1)B×d
+    # drop my own rows by slicing (shapes known without the data: runs on fake tensors too)
+    negatives = torch.cat([part for every in (every1, every2)
+                           for part in (every[:rank * b], every[(rank + 1) * b:])])   # 2(n-1)B×d
     return nt_xent_loss(z1, z2, temperature=temperature, extra_negatives=negatives)

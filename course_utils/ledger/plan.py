@@ -7,6 +7,8 @@ which is how the tests check that fake and real agree.
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -67,11 +69,13 @@ def vit_large_16(image_size: int = 224) -> nn.Module:
 
 def ssl_ledger(objective: str, batch: int, *, image_size: int = 224, queue_size: int = 65536,
                mask_ratio: float = 0.75, mask_tokens_in_encoder: bool = False,
-               encoder: nn.Module | None = None):
+               encoder: nn.Module | None = None, ddp: bool = False):
     """Ledger of one step of ``objective`` ('simclr', 'moco' on ResNet-50, 'mae' on ViT-L/16)
     at ``batch`` images of ``image_size`` px, SGD with momentum (the papers use LARS / AdamW:
     the same one or two state copies per parameter; 'mae' uses AdamW). The model is built here,
     so call it inside ``fake_mode()`` at paper sizes. MAE's decoder: 8 blocks of width 512.
+    ``ddp=True`` (SimCLR only; inside ``fake_world``): the objective wrapped in DDP, gradients
+    all-reduced through ``allreduce_mean_hook`` so the ledger counts them; ``batch`` per rank.
     """
     from ..augment import SimCLRAugment
     from ..models.heads import ProjectionHead
@@ -92,9 +96,26 @@ def ssl_ledger(objective: str, batch: int, *, image_size: int = 224, queue_size:
                  else MoCo(backbone, head, queue_size=queue_size, bn_groups=1, shuffle_keys=False))
         opt = make_optimizer("sgd-momentum", model.parameters(), lr=0.3, foreach=False)
         augment = SimCLRAugment(image_size)
-    step = make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(0)
     images = torch.rand(batch, 3, image_size, image_size)
-    step((images, None))   # creates the optimizer state
+    if ddp:
+        if objective != "simclr":
+            raise ValueError("ddp=True is wired for 'simclr' only (its forward takes the two views)")
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        from ..distributed.comm_count import allreduce_mean_hook
+        with warnings.catch_warnings():   # broadcast_buffers' successor still syncs at init
+            warnings.simplefilter("ignore", FutureWarning)
+            wrapped = DDP(model, init_sync=False, broadcast_buffers=False, gradient_as_bucket_view=True)
+        wrapped.register_comm_hook(None, allreduce_mean_hook)
+
+        def step(_batch):
+            opt.zero_grad(set_to_none=True)
+            wrapped(augment(images, generator), augment(images, generator)).backward()
+            opt.step()
+    else:
+        step = make_step(model, opt, augment=augment, generator=generator)
+        step((images, None))   # creates the optimizer state
     return measure(lambda: step((images, None)), model=model, optimizer=opt, caches=model.caches,
                    encoders=model.ledger_encoders)
 
@@ -135,3 +156,14 @@ def gpt_ledger(*, layers: int, hidden: int, heads: int, vocab: int, seq: int, ba
         F.cross_entropy(logits.flatten(0, 1).float(), y.flatten()).backward()
         opt.step()
     return measure(step, model=model, optimizer=opt)
+
+
+def gathered_negatives_ledger(per_rank_batch: int, dim: int = 128):
+    """Ledger of SimCLR's loss with negatives gathered from every rank
+    (``nt_xent_local_with_global_negatives``), inside ``fake_world``: its communication is the
+    all-gather of both views' B×d embeddings (and its backward)."""
+    from ..distributed.data_parallel import nt_xent_local_with_global_negatives
+    checks.positive_int(per_rank_batch, "per_rank_batch")
+    z1 = torch.randn(per_rank_batch, dim, requires_grad=True)
+    z2 = torch.randn(per_rank_batch, dim, requires_grad=True)
+    return measure(lambda: nt_xent_local_with_global_negatives(z1, z2).backward())

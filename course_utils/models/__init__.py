@@ -105,9 +105,11 @@ def clone_module(module: nn.Module) -> nn.Module:
 
 
 def to_device(module: nn.Module, device) -> nn.Module:
-    """``module.to(device)``, skipped when it is already there: fake tensors
-    (course_utils.ledger.fake_mode) cannot be moved, not even to their own device."""
+    """``module.to(device)``, except for a module of fake tensors already there
+    (course_utils.ledger.fake_mode): those cannot be moved, not even to their own device."""
+    from ..ledger.fake import is_fake   # here: the ledger imports the models
     device = torch.device(device)
-    if all(t.device == device for t in list(module.parameters()) + list(module.buffers())):
+    tensors = list(module.parameters()) + list(module.buffers())
+    if tensors and all(is_fake(t) and t.device == device for t in tensors):
         return module
     return module.to(device)

@@ -139,3 +139,15 @@ def test_clone_module_is_a_deep_copy():
     assert all(isinstance(p, nn.Parameter) for p in copy.parameters())
     with pytest.raises(TypeError):
         clone_module("net")
+
+
+def test_peak_is_measured_once_and_mfu_is_a_fraction_of_it():
+    from course_utils.ledger import peak_flops, recompute_tradeoff, utilisation
+    peak = peak_flops("cpu")
+    assert peak > 1e8 and peak_flops("cpu") == peak          # cached: the same reading
+    u = utilisation(10 ** 9, 2.0)
+    assert u["flops_per_second"] == 5e8 and u["mfu"] == 5e8 / peak
+    row = recompute_tradeoff(2, 64, 4, 97, 32, 3, modes=("none",), repeats=1)[0]
+    assert 0 < row["mfu"] < 1, row   # a toy step cannot beat the large-matmul peak
+    with pytest.raises(ValueError):
+        utilisation(10, 0.0)

@@ -91,3 +91,17 @@ def test_no_process_group_no_comm():
     layer = torch.nn.Linear(4, 4)
     rec = measure(lambda: layer(torch.randn(2, 4)).sum().backward(), model=layer)
     assert rec.comm_bytes == 0 and rec.comm == {} and rec.world_size == 1
+
+
+def test_plan_run_gives_fit_margin_and_time():
+    from course_utils.ledger.plan import plan_run
+    from course_utils.plots import planner_widget
+    plan = plan_run("GPT 1.3B", per_device_batch=1, devices=8, strategy="fsdp", size=256,
+                    device_bytes=80e9, peak_flops=1e14, mfu=0.5)
+    rec = plan["record"]
+    assert plan["needed_bytes"] == rec.resident_bytes + rec.activation_bytes
+    assert plan["fits"] and plan["margin_bytes"] == 80e9 - plan["needed_bytes"]
+    assert plan["step_seconds"] == rec.flops / 5e13 and rec.comm_bytes > 0
+    with pytest.raises(ValueError):
+        plan_run("SimCLR ResNet-50", per_device_batch=2, devices=8, strategy="fsdp")
+    assert planner_widget() is not None

@@ -167,3 +167,37 @@ def gathered_negatives_ledger(per_rank_batch: int, dim: int = 128):
     z1 = torch.randn(per_rank_batch, dim, requires_grad=True)
     z2 = torch.randn(per_rank_batch, dim, requires_grad=True)
     return measure(lambda: nt_xent_local_with_global_negatives(z1, z2).backward())
+
+
+# ---------------------------------------------------------------------------------------------
+# One call for the planner widget: a named run, its per-device ledger, fit and time
+# ---------------------------------------------------------------------------------------------
+GPT_SIZES = {"GPT 1.3B": dict(layers=24, hidden=2048, heads=16),
+             "GPT 7B": dict(layers=32, hidden=4096, heads=32),
+             "GPT 13B": dict(layers=40, hidden=5120, heads=40)}
+PLANNED_MODELS = ("SimCLR ResNet-50", *GPT_SIZES)
+
+
+def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str = "ddp",
+             recompute: str = "none", size: int | None = None, device_bytes: float = 80e9,
+             peak_flops: float = 312e12, mfu: float = 0.4) -> dict:
+    """Measure one step of ``model`` (``PLANNED_MODELS``) on fake tensors and ``devices`` fake
+    ranks; return the per-device ledger ``record``, ``needed_bytes`` (resident + kept for
+    backward), ``fits``, ``margin_bytes`` (device_bytes − needed) and ``step_seconds`` =
+    FLOPs / (peak × MFU) per device. ``size``: image size (SimCLR, default 224) or sequence
+    length (GPT, default 4096); ``strategy`` 'ddp' or 'fsdp' (GPT only)."""
+    from .fake import fake_mode, fake_world
+    checks.choice(model, "model", PLANNED_MODELS)
+    checks.positive_int(devices, "devices")
+    checks.choice(strategy, "strategy", ("ddp", "fsdp") if model in GPT_SIZES else ("ddp",))
+    with fake_world(max(devices, 2)) as mesh, fake_mode():   # one device: no collectives issued
+        if model in GPT_SIZES:
+            record = gpt_ledger(**GPT_SIZES[model], vocab=32000, seq=size or 4096,
+                                batch=per_device_batch, strategy=strategy if devices > 1 else "single",
+                                mesh=mesh, recompute=recompute)
+        else:
+            record = ssl_ledger("simclr", per_device_batch, image_size=size or 224, ddp=devices > 1)
+    needed = record.resident_bytes + record.activation_bytes
+    return {"record": record, "needed_bytes": needed, "fits": needed <= device_bytes,
+            "margin_bytes": device_bytes - needed,
+            "step_seconds": record.flops / (peak_flops * mfu)}

@@ -34,6 +34,7 @@ from course_utils.ledger import fake_mode, fake_world, recompute_tradeoff, utili
 from course_utils.ledger.plan import (gathered_negatives_ledger, gpt_ledger, resnet50_encoder,
                                       ssl_ledger, vit_large_16)
 from course_utils.models import SmallResNet
+from course_utils.plots import planner_widget
 from course_utils.report import headline, show_table
 from course_utils.runtime import setup
 from course_utils.scales import config
@@ -329,6 +330,13 @@ assert 0 < here["mfu"] < 1   # no step beats the large-matmul peak
 # Our assumed MFU puts the LLaMA-size estimate within a factor of two of the reported GPU-hours;
 # SimCLR's reported time implies a lower MFU (small convolutions, BatchNorm, a 2017-era stack).
 #
+# **Plan your own run.** The planner measures the step you choose on fake tensors and fake ranks
+# (a few seconds per click) and prints the six ledger lines per device, the fit and the time:
+
+# %%
+planner_widget()
+
+# %% [markdown]
 # ## 6 · The boundary: what a fake run cannot know
 #
 # - **Speed.** Fake tensors do no arithmetic, so the ledger has FLOPs, not seconds; the MFU is an

@@ -255,6 +255,48 @@ def what_fits_widget():
     )
 
 
+def planner_widget():
+    """Lesson 11's planner: model, batch, size, devices, parallelism, recomputation, device memory,
+    peak and MFU -> the six ledger lines per device, measured live on fake tensors
+    (``ledger.plan.plan_run``), whether it fits and the predicted step time."""
+    import ipywidgets as w
+
+    from .ledger.plan import PLANNED_MODELS, plan_run
+    from .report import show_table
+
+    def show(model, per_device_batch, size, devices, strategy, recompute, device_gb, peak_tflops, mfu):
+        if model.startswith("SimCLR") and (strategy != "ddp" or recompute != "none"):
+            print("SimCLR ResNet-50 is planned with DDP and no recomputation")
+            return
+        plan = plan_run(model, per_device_batch=per_device_batch, size=size, devices=devices,
+                        strategy=strategy, recompute=recompute, device_bytes=device_gb * 1e9,
+                        peak_flops=peak_tflops * 1e12, mfu=mfu)
+        rec = plan["record"]
+        show_table([{"line": "compute (TFLOP/step)", "per device": rec.flops / 1e12},
+                    {"line": "kept for backward (GB)", "per device": rec.activation_bytes / 1e9},
+                    {"line": "resident: params + grads + optimizer (GB)",
+                     "per device": (rec.param_bytes + rec.grad_bytes + rec.optimizer_bytes) / 1e9},
+                    {"line": "cached (GB)", "per device": rec.cache_bytes / 1e9},
+                    {"line": "encoded (items)", "per device": sum(rec.encoded.values())},
+                    {"line": "communicated (GB sent)", "per device": rec.comm_bytes / 1e9}])
+        verdict = "fits" if plan["fits"] else "does NOT fit"
+        print(f"{verdict} on a {device_gb} GB device (margin {plan['margin_bytes'] / 1e9:+.1f} GB); "
+              f"step ≈ {plan['step_seconds']:.2f} s at {mfu:.0%} MFU of {peak_tflops} TFLOP/s")
+
+    return w.interactive(
+        show, {"manual": True, "manual_name": "measure on fake tensors"},
+        model=w.Dropdown(options=list(PLANNED_MODELS), value="GPT 7B"),
+        per_device_batch=w.IntSlider(value=1, min=1, max=512),
+        size=w.Dropdown(options=[224, 512, 1024, 2048, 4096, 8192], value=4096,
+                        description="image px / seq"),
+        devices=w.Dropdown(options=[1, 8, 64, 512, 1024], value=64),
+        strategy=w.Dropdown(options=["ddp", "fsdp"], value="fsdp"),
+        recompute=w.Dropdown(options=["none", "selective", "full"], value="none"),
+        device_gb=w.Dropdown(options=[16, 24, 40, 80, 141], value=80),
+        peak_tflops=w.FloatText(value=312.0), mfu=w.FloatSlider(value=0.4, min=0.05, max=0.8, step=0.05),
+    )
+
+
 # --------------------------------------------------------------------------- pipeline schedules
 def plot_timeline(timeline, ax=None):
     """Gantt chart of a pipeline schedule (``distributed.pipeline.simulate`` or

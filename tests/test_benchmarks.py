@@ -60,3 +60,12 @@ def test_ssl_quality_benchmark_reports_every_objective_on_both_datasets():
     listed = {(s["dataset"], s["objective"]) for s in result["shortfalls"]}
     assert listed == {(d, n) for d in ("shapes", "textures") for n in ("simclr", "moco", "mae")
                       if not result["datasets"][d][n]["goal_met"]}, "every shortfall is reported"
+
+
+def test_fake_ledger_benchmark_quick():
+    result = load("bench_fake_ledger").run(quick=True)
+    assert all(result["summary"]["goals_met"].values()), result["summary"]
+    layers = result["growth_with_layers"]
+    assert layers[1]["tflops"] > layers[0]["tflops"] and layers[1]["resident_gb"] > layers[0]["resident_gb"]
+    ranks = result["growth_with_ranks"]
+    assert ranks[1]["resident_gb"] < ranks[0]["resident_gb"]   # FSDP2 shards over more ranks

@@ -10,6 +10,8 @@ Two measurements, because they answer different questions:
        reduce_scatter: the full input    broadcast: the tensor
        send (``batch_isend_irecv``): the tensors of its isend operations (point-to-point)
    FSDP2 and ZeroRedundancyOptimizer call these through ``torch.distributed``, so they are seen.
+   DTensor (tensor parallel) calls the functional collectives (``torch.ops._c10d_functional``)
+   instead, which the counter sees at the dispatcher (``_FunctionalCollectives``), same kinds.
    DDP's built-in all-reduce runs in C++ and is not: register ``allreduce_mean_hook`` (a DDP comm
    hook that all-reduces each gradient bucket through Python) to make it visible.
 
@@ -34,6 +36,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # public name -> (kind, name of the argument whose size is the payload P, its position)
 WRAPPED = {
@@ -48,6 +51,13 @@ WRAPPED = {
     "broadcast": ("broadcast", "tensor", 0),
     "batch_isend_irecv": ("send", "p2p_op_list", 0),
 }
+
+
+# functional collective (DTensor's) -> (kind, payload is the output rather than the input)
+FUNCTIONAL = {"all_reduce": ("all_reduce", False), "all_reduce_": ("all_reduce", False),
+              "all_gather_into_tensor": ("all_gather", True),
+              "reduce_scatter_tensor": ("reduce_scatter", False),
+              "all_to_all_single": ("all_to_all", False), "broadcast": ("broadcast", False)}
 
 
 def ring_factor(kind: str, world_size: int) -> float:
@@ -75,6 +85,22 @@ def wire_bytes() -> int | None:
         if line.startswith("wchar:"):
             return int(line.split()[1])
     return None
+
+
+class _FunctionalCollectives(TorchDispatchMode):
+    """Sees DTensor's functional collectives at the dispatcher and adds them to ``counter``."""
+
+    def __init__(self, counter):
+        super().__init__()
+        self.counter = counter
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.namespace == "_c10d_functional" and func._opname in FUNCTIONAL:
+            kind, payload_is_output = FUNCTIONAL[func._opname]
+            self.counter.payload[kind] += _nbytes(out if payload_is_output else args[0])
+            self.counter.calls[kind] += 1
+        return out
 
 
 class CollectiveCounter:
@@ -119,11 +145,14 @@ class CollectiveCounter:
             if original is not None:
                 self._originals[name] = original
                 setattr(dist, name, self._wrap(kind, arg_name, index, original))
+        self._functional = _FunctionalCollectives(self)
+        self._functional.__enter__()
         self._wire_start = wire_bytes()
         return self
 
     def __exit__(self, *exc):
         end = wire_bytes()
+        self._functional.__exit__(*exc)
         via_sockets = dist.is_initialized() and dist.get_backend(self.group) == "gloo"
         self.wire = (end - self._wire_start if via_sockets and None not in (end, self._wire_start)
                      else None)  # NCCL moves bytes over NVLink/IB, not through write()
@@ -154,7 +183,9 @@ def allreduce_mean_hook(state, bucket):  # no annotations: DDP checks them liter
         state.setdefault("bucket_bytes", []).append(buffer.numel() * buffer.element_size())
     buffer.div_(dist.get_world_size())
     work = dist.all_reduce(buffer, async_op=True)
-    return work.get_future().then(lambda fut: fut.value()[0])
+    # all_reduce works in place: the bucket is the result (a fake process group's future
+    # carries no value, a real one carries [buffer])
+    return work.get_future().then(lambda _fut: buffer)
 
 
 def state_bytes(model: torch.nn.Module, optimizer=None) -> dict:

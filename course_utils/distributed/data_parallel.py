@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from course_utils.distributed.collectives import all_gather_with_grad, all_reduce_with_grad
 from course_utils.distributed.launcher import worker_device
+from course_utils.ledger.measured import storage_key
 from course_utils.objectives.simclr import nt_xent_loss
 
 
@@ -38,8 +39,10 @@ def wrap_ddp(model: nn.Module) -> DDP:
     and the ledger's 4Ψ of gradients is the whole story (``grad_storages`` shows it).
     """
     device = worker_device()
+    # init_sync broadcasts rank 0's weights; a fake process group (ledger.fake_world) has no
+    # other ranks and fake tensors no values to send
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-               gradient_as_bucket_view=True)
+               gradient_as_bucket_view=True, init_sync=dist.get_backend() != "fake")
 
 
 def grad_storages(model: nn.Module) -> dict:
@@ -50,8 +53,7 @@ def grad_storages(model: nn.Module) -> dict:
     storages = {}
     for p in model.parameters():
         if p.grad is not None:
-            s = p.grad.untyped_storage()
-            storages[s.data_ptr()] = s.nbytes()
+            storages[storage_key(p.grad)] = p.grad.untyped_storage().nbytes()
     return {"storages": len(storages), "bytes": sum(storages.values()),
             "grads": sum(1 for p in model.parameters() if p.grad is not None)}
 
@@ -116,7 +118,7 @@ def nt_xent_local_with_global_negatives(z1: torch.Tensor, z2: torch.Tensor,
     rank, n = dist.get_rank(), dist.get_world_size()
     b = z1.shape[0]
     every1, every2 = all_gather_with_grad(z1), all_gather_with_grad(z2)  # nB×d each
-    others = torch.ones(n * b, dtype=torch.bool, device=z1.device)
-    others[rank * b:(rank + 1) * b] = False                               # drop my own rows
-    negatives = torch.cat([every1[others], every2[others]])               # 2(n-1)B×d
+    # drop my own rows by slicing (shapes known without the data: runs on fake tensors too)
+    negatives = torch.cat([part for every in (every1, every2)
+                           for part in (every[:rank * b], every[(rank + 1) * b:])])   # 2(n-1)B×d
     return nt_xent_loss(z1, z2, temperature=temperature, extra_negatives=negatives)

@@ -73,12 +73,14 @@ def _mesh(world_size: int):
 
 
 def parallelize(model: nn.Module, strategy: str, world_size: int, *, optimizer: str = "adamw",
-                lr: float = 1e-3, **optimizer_overrides):
+                lr: float = 1e-3, mesh=None, **optimizer_overrides):
     """(module to call, optimizer) for ``model`` (already on this rank's device) under
     'ddp', 'zero1' (ZeroRedundancyOptimizer), 'fsdp' (FSDP2, ZeRO-3) or 'fsdp_keep' (FSDP2 with
     ``reshard_after_forward=False``). ``optimizer`` names a row of ``course_utils.optim``.
 
-    FSDP2 shards each Linear on its own (so gathers happen layer by layer), then the root.
+    FSDP2 shards each Linear on its own (so gathers happen layer by layer), then the root, over
+    ``mesh`` (default: a 1-D mesh of ``world_size`` ranks; ``course_utils.ledger.fake_world``
+    yields one built before fake tensors exist, as it must be).
     DDP's all-reduce goes through ``allreduce_mean_hook`` so that ``CollectiveCounter`` sees it.
     """
     checks.choice(strategy, "strategy", STRATEGIES)
@@ -90,7 +92,7 @@ def parallelize(model: nn.Module, strategy: str, world_size: int, *, optimizer: 
         spec = OPTIMIZERS[checks.choice(optimizer, "optimizer", OPTIMIZERS)]
         return ddp, ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=spec.cls, lr=lr,
                                             **{**spec.defaults, **optimizer_overrides})
-    mesh = _mesh(world_size)
+    mesh = _mesh(world_size) if mesh is None else mesh
     reshard = strategy == "fsdp"
     for block in model:
         if isinstance(block, nn.Linear):

@@ -22,13 +22,14 @@ import torch.distributed.nn.functional as dist_nn
 import torch.nn.functional as F
 
 from course_utils.distributed.collectives import all_gather_no_grad, all_gather_with_grad
-from course_utils.distributed.comm_count import CollectiveCounter, allreduce_mean_hook
+from course_utils.distributed.comm_count import allreduce_mean_hook
 from course_utils.distributed.data_parallel import (average_gradients,
                                                     nt_xent_local_with_global_negatives,
                                                     synced_batch_norm, wrap_ddp)
 from course_utils.distributed.launcher import worker_device
 from course_utils.experiments.toys import (flat_grads, flat_params, global_batch, make_mlp, noisy_views,
                                            settings, shard)
+from course_utils.ledger import measure
 from course_utils.objectives.simclr import nt_xent_loss
 from course_utils.optim import make_optimizer
 
@@ -190,11 +191,13 @@ def ddp_comm_bytes(rank: int, world_size: int, cfg: dict | None = None) -> dict:
     opt.step()
     opt.zero_grad()
     dist.barrier()
-    with CollectiveCounter() as comm:
+    def steps():
         for _ in range(c.steps):
             F.mse_loss(ddp(xs), ys).backward()
             opt.step()
             opt.zero_grad()
+    record = measure(steps, model=ddp, optimizer=opt)   # the ledger's communicated line
+    all_reduce = record.comm["all_reduce"]
     # Same step by hand on a plain copy: local backward, then average_gradients.
     manual = make_mlp(c.in_dim, c.hidden, c.out_dim, seed=c.seed, dtype=dtype).to(device)
     manual.load_state_dict(model.state_dict())
@@ -205,12 +208,12 @@ def ddp_comm_bytes(rank: int, world_size: int, cfg: dict | None = None) -> dict:
     average_gradients(manual)
     steps = c.steps
     return {"param_bytes": psi, "world_size": world_size,
-            "payload_per_step": comm.payload["all_reduce"] / steps,
-            "calls_per_step": comm.calls["all_reduce"] / steps,
-            "bucket_bytes": hook_log["bucket_bytes"][-comm.calls["all_reduce"] // steps:],
-            "ring_sent_per_step": comm.ring_bytes_sent(world_size) / steps,
+            "payload_per_step": all_reduce["payload_bytes"] / steps,
+            "calls_per_step": all_reduce["calls"] / steps,
+            "bucket_bytes": hook_log["bucket_bytes"][-all_reduce["calls"] // steps:],
+            "ring_sent_per_step": record.comm_bytes / steps,
             "ring_formula": 2 * (world_size - 1) / world_size * psi,
-            "wire_per_step": None if comm.wire is None else comm.wire / steps,
+            "wire_per_step": None if record.wire_bytes is None else record.wire_bytes / steps,
             "manual_equals_ddp_bitwise": bool(torch.equal(flat_grads(manual), ddp_grads))}
 
 

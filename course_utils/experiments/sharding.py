@@ -13,7 +13,6 @@ CPU values. The mechanisms and the predictions are in ``course_utils.distributed
 """
 from __future__ import annotations
 
-import contextlib
 import shutil
 import socket
 import tempfile
@@ -24,49 +23,59 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from course_utils.distributed.comm_count import CollectiveCounter, state_bytes
+from course_utils.distributed.comm_count import state_bytes
 from course_utils.distributed.data_parallel import grad_storages
 from course_utils.distributed.launcher import worker_device
 from course_utils.distributed.sharding import (STRATEGIES, full_params, local_param_bytes,
                                                local_shards, parallelize)
 from course_utils.experiments.toys import global_batch, make_stack, settings, shard
+from course_utils.ledger import measure
+from course_utils.models import to_device
 
 DEFAULTS = dict(width=64, depth=4, batch=8, steps=3, lr=1e-3, seed=0)
 
 
-def build(strategy: str, c, world_size: int):
+def build(strategy: str, c, world_size: int, mesh=None):
     """(model, module to call, optimizer): the toy stack on this rank's device, wrapped for
     ``strategy`` (see ``parallelize``), trained with AdamW, weight decay 0.01."""
-    model = make_stack(c.width, c.depth, c.seed).to(worker_device())
+    model = to_device(make_stack(c.width, c.depth, c.seed), worker_device())
     module, optimizer = parallelize(model, strategy, world_size, optimizer="adamw", lr=c.lr,
-                                    weight_decay=0.01)
+                                    mesh=mesh, weight_decay=0.01)
     return model, module, optimizer
 
 
-def train_and_measure(rank: int, world_size: int, strategy: str, c) -> dict:
-    """``c.steps`` AdamW steps; the last one counted. Returns params, state and comm per rank."""
-    model, module, opt = build(strategy, c, world_size)
-    n_params = sum(p.numel() for p in make_stack(c.width, c.depth, c.seed).parameters())
-    held_after_forward = None
-    for step in range(c.steps):
-        x, y = global_batch(step, c.batch * world_size, c.width, c.width, c.seed,
-                            device=worker_device())
-        counting = step == c.steps - 1
+def train_and_measure(rank: int, world_size: int, strategy: str, c, mesh=None) -> dict:
+    """``c.steps`` AdamW steps; the last one measured by the ledger (``measure``: its
+    ``comm_bytes`` and per-collective ``comm``). Returns params, state and comm per rank.
+
+    Runs unchanged in a fake world (``course_utils.ledger.fake_world``, pass its ``mesh``, and
+    ``fake_mode``): rank 0 of ``world_size`` ranks, no data moved, the same collectives issued.
+    """
+    model, module, opt = build(strategy, c, world_size, mesh)
+    n_params = c.depth * (c.width * c.width + c.width)   # the unsharded stack
+    held = {}
+
+    def step(x, y):
+        opt.zero_grad()
+        out = module(shard(x, rank, world_size))
+        held["after_forward"] = local_param_bytes(model)  # parameter bytes held fwd -> bwd
+        F.mse_loss(out, shard(y, rank, world_size)).backward()
+        opt.step()
+
+    for i in range(c.steps):
+        x, y = global_batch(i, c.batch * world_size, c.width, c.width, c.seed, device=worker_device())
         dist.barrier()
-        with CollectiveCounter() if counting else contextlib.nullcontext() as comm:
-            opt.zero_grad()
-            out = module(shard(x, rank, world_size))
-            if counting:  # parameter bytes this rank holds between forward and backward
-                held_after_forward = local_param_bytes(model)
-            F.mse_loss(out, shard(y, rank, world_size)).backward()
-            opt.step()
-        if counting:
-            resident = state_bytes(model, opt)
-            layout = grad_storages(model) if strategy in ("ddp", "zero1") else None
+        if i < c.steps - 1:
+            step(x, y)
+        else:
+            record = measure(lambda: step(x, y), model=model, optimizer=opt)
+    comm = {"payload": {k: v["payload_bytes"] for k, v in record.comm.items()},
+            "calls": {k: v["calls"] for k, v in record.comm.items()},
+            "ring_bytes_sent": record.comm_bytes, "wire_bytes": record.wire_bytes}
     return {"strategy": strategy, "n_params": n_params, "param_bytes": 4 * n_params,
-            "params": full_params(model), "state": resident,
-            "held_after_forward": held_after_forward, "comm": comm.summary(world_size),
-            "grad_layout": layout}
+            "params": None if record.fake else full_params(model), "state": state_bytes(model, opt),
+            "held_after_forward": held["after_forward"], "comm": comm, "record": record,
+            "grad_layout": grad_storages(model) if strategy in ("ddp", "zero1") else None}
 
 
 def compare_strategies(rank: int, world_size: int, cfg: dict | None = None) -> dict:

@@ -10,6 +10,11 @@
   saved views cover, parameters and buffers excluded because they are resident state;
 - resident state: ``param_bytes``, ``grad_bytes``, ``optimizer_bytes`` and ``cache_bytes``
   (tensors registered as caches, such as MoCo's queue);
+- ``comm_bytes``: with a process group (real, or ``fake_world``), the bytes this rank sends,
+  ``Σ ring_factor(kind, n) · payload`` over the collectives the step calls
+  (``course_utils.distributed.comm_count.CollectiveCounter``; DDP needs its comm hook), and
+  ``comm``, the same per collective kind; ``wire_bytes``, what this process really wrote to its
+  sockets meanwhile (gloo on Linux, else None);
 - ``encoded``: how many items went through each named encoder (images, or patch tokens);
 - ``peak_bytes``: on CUDA only, ``torch.cuda.max_memory_allocated`` during the step
   (``cuda.cuda_peak_bytes``).
@@ -17,17 +22,27 @@
 What is *not* measured on CPU: peak process memory, allocator caching and fragmentation,
 temporaries freed inside one op (e.g. the softmax workspace), and element-wise FLOPs (the
 counter counts only matmul-like ops, which dominate). The record says so in ``notes``.
+
+On fake tensors (``course_utils.ledger.fake_mode``) every line above is the same number as on
+real tensors of the same shapes (tested, ratio exactly 1); ``peak_bytes`` is ``None`` and
+``fake`` is True. A step whose shapes depend on values cannot run fake at all: torch raises
+``DataDependentOutputException`` naming the op, and no record is made.
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
+from ..distributed.comm_count import CollectiveCounter, ring_factor
 from .cuda import cuda_peak_bytes
+from .fake import explain_unknowable, is_fake
 from .record import LedgerRecord
 
 
@@ -71,10 +86,10 @@ class _SavedTensorTracker:
     of a larger dataset tensor counts as the slice, not the whole dataset.
     """
 
-    def __init__(self, exclude_ptrs: set[int]):
-        self.exclude = exclude_ptrs
-        self.views: dict[int, dict[int, tuple[int, int]]] = {}  # storage -> holder id -> byte span
-        self.span: dict[int, int] = {}
+    def __init__(self, exclude: set):
+        self.exclude = exclude
+        self.views: dict = {}  # storage key -> holder id -> byte span
+        self.span: dict = {}
         self.live = 0
         self.peak = 0
         self.count = 0
@@ -98,7 +113,7 @@ class _SavedTensorTracker:
         holder = _Saved(tensor)
         if tensor.layout != torch.strided or tensor.device.type == "meta" or tensor.numel() == 0:
             return holder
-        key = tensor.untyped_storage().data_ptr()
+        key = storage_key(tensor)
         if key in self.exclude:
             return holder
         esize = tensor.element_size()
@@ -116,12 +131,20 @@ class _SavedTensorTracker:
 
 
 # --------------------------------------------------------------------------- resident state
+
+def storage_key(tensor) -> StorageWeakRef:
+    """Identity of the storage behind ``tensor``, valid for fake tensors too (whose data_ptr is
+    meaningless): views of one storage share it."""
+    return StorageWeakRef(tensor.untyped_storage())
+
+
 def _tensor_bytes(tensors) -> int:
     seen, total = set(), 0
     for t in tensors:
         if t is None or not torch.is_tensor(t):
             continue
-        key = (t.untyped_storage().data_ptr(), t.device)
+        t = t.to_local() if hasattr(t, "to_local") else t   # a sharded DTensor: this rank's shard
+        key = storage_key(t)
         if key not in seen:
             seen.add(key)
             total += t.untyped_storage().nbytes()
@@ -197,28 +220,44 @@ def measure(step, *, model: nn.Module | None = None, optimizer=None, caches=(),
     if optimizer is not None:
         persistent += [p for g in optimizer.param_groups for p in g["params"]]
     persistent += list(_cache_tensors(caches))
-    exclude = {t.untyped_storage().data_ptr() for t in persistent}
+    exclude = {storage_key(t) for t in persistent}
 
     device = persistent[0].device if persistent else torch.device("cpu")
+    fake = any(is_fake(t) for t in persistent)
     tracker = _SavedTensorTracker(exclude)
     flops = _FlopSplitter()
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    comm = CollectiveCounter() if dist.is_available() and dist.is_initialized() else None
 
     def hooked_step():
-        with flops, torch.autograd.graph.saved_tensors_hooks(tracker.pack, tracker.unpack):
+        with flops, torch.autograd.graph.saved_tensors_hooks(tracker.pack, tracker.unpack), \
+                comm if comm is not None else contextlib.nullcontext():
             step()
 
     counts, handles = _count_items(encoders)
     try:
-        peak = cuda_peak_bytes(hooked_step, device)
+        with explain_unknowable() if fake else contextlib.nullcontext():
+            peak = cuda_peak_bytes(hooked_step, device)
     finally:
         for h in handles:
             h.remove()
 
-    notes = ("" if peak is not None else
-             "On CPU: no peak-memory reading (allocator caching, temporaries inside an op and "
-             "fragmentation are not measured); FLOPs count matmul/conv/attention ops only.")
+    if fake:
+        notes = ("On fake tensors: every line as on real tensors of these shapes; not known "
+                 "without data: peak memory (allocator caching, fragmentation), kernel speed, "
+                 "overlap of communication and compute; FLOPs count matmul/conv/attention only.")
+    elif peak is None:
+        notes = ("On CPU: no peak-memory reading (allocator caching, temporaries inside an op and "
+                 "fragmentation are not measured); FLOPs count matmul/conv/attention ops only.")
+    else:
+        notes = ""
+    breakdown = {kind: {"calls": comm.calls[kind], "payload_bytes": payload,
+                        "sent_bytes": round(ring_factor(kind, world) * payload)}
+                 for kind, payload in comm.payload.items()} if comm is not None else {}
     return LedgerRecord(
         flops=flops.forward + flops.backward, forward_flops=flops.forward,
         backward_flops=flops.backward, activation_bytes=tracker.peak,
-        **resident_bytes(model, optimizer, caches), encoded=counts,
+        **resident_bytes(model, optimizer, caches), encoded=counts, fake=fake, world_size=world,
+        comm_bytes=sum(c["sent_bytes"] for c in breakdown.values()), comm=breakdown,
+        wire_bytes=comm.wire if comm is not None else None,
         saved_tensors=tracker.count, peak_bytes=peak, device=str(device), notes=notes)

@@ -2,7 +2,9 @@
 
 ``LEDGER_LINES`` are the integer lines every record carries (and a prediction may name):
 flops = forward_flops + backward_flops; activation_bytes (kept for backward); param_bytes,
-grad_bytes, optimizer_bytes, cache_bytes (resident state).
+grad_bytes, optimizer_bytes, cache_bytes (resident state); comm_bytes (the sixth line,
+"communicated": bytes this rank sends per step under ring algorithms, 0 without a process group;
+``comm`` breaks it down per collective kind).
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from dataclasses import dataclass, field
 from ..report import format_table
 
 LEDGER_LINES = ("flops", "forward_flops", "backward_flops", "activation_bytes",
-                "param_bytes", "grad_bytes", "optimizer_bytes", "cache_bytes")
+                "param_bytes", "grad_bytes", "optimizer_bytes", "cache_bytes", "comm_bytes")
 
 
 @dataclass
@@ -24,6 +26,11 @@ class LedgerRecord:
     grad_bytes: int
     optimizer_bytes: int
     cache_bytes: int
+    comm_bytes: int = 0
+    comm: dict = field(default_factory=dict)  # kind -> {"calls", "payload_bytes", "sent_bytes"}
+    wire_bytes: int | None = None   # written to sockets during the step (gloo on Linux)
+    world_size: int = 1
+    fake: bool = False          # measured on fake tensors: no values, no peak reading
     encoded: dict = field(default_factory=dict)
     saved_tensors: int = 0
     peak_bytes: int | None = None
@@ -37,11 +44,14 @@ class LedgerRecord:
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in LEDGER_LINES}
         d.update(resident_bytes=self.resident_bytes, peak_bytes=self.peak_bytes,
-                 encoded=dict(self.encoded), device=self.device)
+                 encoded=dict(self.encoded), device=self.device, comm=dict(self.comm), wire_bytes=self.wire_bytes,
+                 world_size=self.world_size, fake=self.fake)
         return d
 
     def rows(self) -> list[dict]:
         rows = [{"line": k, "measured": getattr(self, k)} for k in LEDGER_LINES]
+        rows += [{"line": f"comm: {k} ({c['calls']} calls)", "measured": c["sent_bytes"]}
+                 for k, c in self.comm.items()]
         rows += [{"line": f"encoded: {k}", "measured": v} for k, v in self.encoded.items()]
         rows.append({"line": "peak_bytes (CUDA)",
                      "measured": "not measured on CPU" if self.peak_bytes is None else self.peak_bytes})

@@ -13,9 +13,11 @@ import time
 import torch
 
 from .. import checks
+from ..models import to_device
 from ..optim import make_optimizer
 from ..transformer import RECOMPUTE_MODES, TinyGPT, random_tokens
 from .measured import measure
+from .speed import utilisation
 
 
 def measure_tinygpt(layers: int, hidden: int, heads: int, vocab: int, seq: int, batch: int, *,
@@ -30,7 +32,7 @@ def measure_tinygpt(layers: int, hidden: int, heads: int, vocab: int, seq: int, 
     checks.positive_int(steps, "steps")
     device = torch.device(device)
     torch.manual_seed(seed)
-    model = TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute).to(device)
+    model = to_device(TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute), device)
     opt = make_optimizer(optimizer, model.parameters())
     x, y = random_tokens(batch, seq, vocab, generator=torch.Generator().manual_seed(seed), device=device)
     ctx = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if autocast else contextlib.nullcontext
@@ -52,7 +54,8 @@ def recompute_tradeoff(layers: int, hidden: int, heads: int, vocab: int, seq: in
     """For each recomputation mode: stored activation bytes and FLOPs (ledger) and the median
     wall time of a training step, plus ratios to ``"none"``.
 
-    Rows: mode, activation_bytes, flops, seconds, memory_ratio, flops_ratio, time_ratio.
+    Rows: mode, activation_bytes, flops, seconds, memory_ratio, flops_ratio, time_ratio, and
+    mfu: the step's FLOPs per second over this machine's measured matmul peak (``speed``).
     """
     checks.positive_int(repeats, "repeats")
     rows = []
@@ -61,9 +64,10 @@ def recompute_tradeoff(layers: int, hidden: int, heads: int, vocab: int, seq: in
                                         recompute=mode, device=device, seed=seed)
         x, y = random_tokens(batch, seq, vocab, generator=torch.Generator().manual_seed(seed),
                              device=device)
+        seconds = _median_step_time(lambda: model.loss(x, y).backward(), repeats)
         rows.append({"mode": mode, "activation_bytes": record.activation_bytes,
-                     "flops": record.flops,
-                     "seconds": _median_step_time(lambda: model.loss(x, y).backward(), repeats)})
+                     "flops": record.flops, "seconds": seconds,
+                     "mfu": utilisation(record.flops, seconds, device)["mfu"]})
     base = next((r for r in rows if r["mode"] == "none"), rows[0])
     for r in rows:
         r["memory_ratio"] = r["activation_bytes"] / base["activation_bytes"]

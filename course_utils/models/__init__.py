@@ -4,8 +4,8 @@
 - ``vit.py``: ``ViT`` with ``Attention``, ``FeedForward``, ``TransformerBlock`` and
   ``sincos_position_embedding_2d``; its pieces (patchify, embed, encode tokens) run separately for MAE.
 - ``heads.py``: ``MLP`` and ``ProjectionHead``.
-- here: ``build_encoder(name, image_size, in_channels)`` for the names in ``ENCODERS``, and
-  ``count_parameters``.
+- here: ``build_encoder(name, image_size, in_channels)`` for the names in ``ENCODERS``,
+  ``count_parameters``, ``clone_module`` and ``to_device``.
 
 Every model is small enough to train on two CPU cores at the lessons' CI/default scales and plain
 enough that the ledger (course_utils.ledger) sees every operation: ReLUs are not in place (an
@@ -15,6 +15,9 @@ and ViT attention is explicit matmuls. Initialisation uses only torch's global R
 """
 from __future__ import annotations
 
+import copy
+
+import torch
 from torch import nn
 
 from .. import checks
@@ -34,6 +37,8 @@ __all__ = [
     "ProjectionHead",
     "build_encoder",
     "count_parameters",
+    "clone_module",
+    "to_device",
     "ENCODERS",
 ]
 
@@ -83,3 +88,28 @@ def count_parameters(module: nn.Module, *, trainable_only: bool = False) -> int:
     """Number of parameter entries (buffers such as BN running stats and ViT positions excluded)."""
     checks.instance(module, "module", nn.Module, what="an nn.Module")
     return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
+
+
+def clone_module(module: nn.Module) -> nn.Module:
+    """An independent copy of ``module`` (``copy.deepcopy``), whose parameters and buffers are
+    cloned tensor by tensor: that also works on fake tensors (course_utils.ledger.fake_mode), which
+    ``deepcopy`` cannot copy because it clones raw storages."""
+    checks.instance(module, "module", nn.Module)
+    memo = {}
+    for p in module.parameters():
+        memo[id(p)] = nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad)
+    for b in module.buffers():
+        memo[id(b)] = b.detach().clone()
+    with torch.no_grad():
+        return copy.deepcopy(module, memo)
+
+
+def to_device(module: nn.Module, device) -> nn.Module:
+    """``module.to(device)``, except for a module of fake tensors already there
+    (course_utils.ledger.fake_mode): those cannot be moved, not even to their own device."""
+    from ..ledger.fake import is_fake   # here: the ledger imports the models
+    device = torch.device(device)
+    tensors = list(module.parameters()) + list(module.buffers())
+    if tensors and all(is_fake(t) and t.device == device for t in tensors):
+        return module
+    return module.to(device)

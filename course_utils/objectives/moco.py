@@ -29,14 +29,13 @@ cache line, K·d·4 bytes in fp32); queue.ptr 0-dim int64; queue.written_at, que
 """
 from __future__ import annotations
 
-import copy
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import checks
 from ..evaluate import eval_mode
+from ..models import clone_module
 from .base import Objective, as_batch
 
 
@@ -80,13 +79,14 @@ class FeatureQueue(nn.Module):
         if ids is not None and (not isinstance(ids, torch.Tensor) or ids.shape != (b,)):
             raise ValueError(f"ids must be an int tensor of shape ({b},), got "
                              f"{getattr(ids, 'shape', type(ids).__name__)}")
-        p = int(self.ptr)
-        slots = (torch.arange(b, device=self.keys.device) + p) % self.size   # wraps at the end
+        # Pointer arithmetic stays in tensors (no int(self.ptr)): no host sync on a GPU, and the
+        # step runs on fake tensors, whose values are unknown (course_utils.ledger.fake_mode).
+        slots = (torch.arange(b, device=self.keys.device) + self.ptr) % self.size   # wraps
         self.keys[slots] = keys.detach().to(self.keys.device, self.keys.dtype)
-        self.written_at[slots] = int(self.num_enqueued)
+        self.written_at[slots] = self.num_enqueued
         self.ids[slots] = (ids.to(self.ids.device, torch.long) if ids is not None
                            else torch.full_like(slots, -1))
-        self.ptr.fill_((p + b) % self.size)
+        self.ptr.copy_((self.ptr + b) % self.size)
         self.num_enqueued += 1
 
     def ages(self) -> torch.Tensor:
@@ -174,7 +174,7 @@ class MoCo(Objective):
         self.shuffle_keys = checks.instance(shuffle_keys, "shuffle_keys", bool)
         self.encoder = backbone
         self.query_encoder = nn.Sequential(backbone, projector)
-        self.key_encoder = copy.deepcopy(self.query_encoder)  # starts identical to the query encoder
+        self.key_encoder = clone_module(self.query_encoder)  # starts identical to the query encoder
         self.key_encoder.requires_grad_(False)                # trained only by EMA, never by backprop
         self.queue = FeatureQueue(queue_size, _output_dim(projector))
 

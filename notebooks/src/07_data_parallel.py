@@ -204,9 +204,10 @@ print("max |Δθ| per step:", [f"{d:.1e}" for d in ns[0]["max_abs_diff"]],
 
 # %% [markdown]
 # **Bytes on the wire.** A DDP comm hook (`allreduce_mean_hook`) routes every gradient bucket
-# through `torch.distributed.all_reduce`, where `CollectiveCounter` sees its size. On Linux we
-# also read how many bytes each rank process really wrote (`/proc/self/io`), which is what gloo
-# pushes through its TCP sockets.
+# through `torch.distributed.all_reduce`, where `CollectiveCounter` sees its size: the ledger's
+# sixth line, `record.comm_bytes` of `measure`, is that count under the ring formula. On Linux we
+# also read how many bytes each rank process really wrote (`/proc/self/io`, `record.wire_bytes`),
+# which is what gloo pushes through its TCP sockets.
 
 # %%
 comm = {n: launch(lesson.ddp_comm_bytes, n, cfg.comm) for n in (1, cfg.ranks)}

@@ -95,9 +95,9 @@ show_table([{"stage": stage, **{k: v / GB for k, v in sh.predicted_state_bytes(s
 # ## 3 · Worked example: one model, four ways, on 1 and 2 ranks
 #
 # A stack of equal Linear+Tanh blocks (like transformer blocks: equal sizes split evenly), AdamW,
-# the same data and initialisation everywhere. Each run counts the last step's collectives
-# (`CollectiveCounter`; DDP's all-reduce is made visible with a comm hook) and the bytes each rank
-# holds afterwards. This is the code every rank runs (`build` wraps the model, `parallelize` is
+# the same data and initialisation everywhere. Each run measures its last step with the ledger
+# (`measure`: its `comm_bytes` line counts the step's collectives with `CollectiveCounter`; DDP's
+# all-reduce is made visible with a comm hook) and the bytes each rank holds afterwards. This is the code every rank runs (`build` wraps the model, `parallelize` is
 # where `DDP(...)`, `ZeroRedundancyOptimizer` and `fully_shard` appear):
 
 # %%

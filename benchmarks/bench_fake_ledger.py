@@ -1,0 +1,75 @@
+"""The fake ledger's own cost: CPU seconds and peak process memory to measure a paper-size step.
+
+Goals (issue 13): a 7B GPT-like step (bf16 autocast, AdamW, FSDP2 over 64 fake ranks, seq 4096,
+one sequence per rank) in <= 60 CPU-s with <= 2 GiB peak RSS; ResNet-50 SimCLR at batch 4096
+(224 px) in <= 30 CPU-s. Then how the cost grows with layers and with ranks.
+
+Each configuration runs in a fresh process (``--one``), so its peak RSS is its own, imports
+included; time is that process's CPU time for building and measuring (imports excluded).
+"""
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+GPT_7B = dict(hidden=4096, heads=32, vocab=32000, seq=4096, batch=1)
+GOALS = {"gpt7b_fsdp64": {"cpu_seconds": 60, "peak_rss_gib": 2.0},
+         "simclr_resnet50_b4096": {"cpu_seconds": 30}}
+
+
+def measure_one(config: dict) -> dict:
+    """Run one configuration here and report its ledger's headline, CPU time and peak RSS."""
+    import torch
+
+    from course_utils.ledger import fake_mode, fake_world
+    from course_utils.ledger.plan import gpt_ledger, ssl_ledger
+    torch.set_num_threads(1)
+    start = time.process_time()
+    if config["kind"] == "gpt":
+        with fake_world(config["ranks"]) as mesh, fake_mode():
+            rec = gpt_ledger(layers=config["layers"], **GPT_7B, strategy="fsdp", mesh=mesh)
+    else:
+        with fake_mode():
+            rec = ssl_ledger("simclr", config["batch"], image_size=config["image_size"])
+    return {**config, "cpu_seconds": round(time.process_time() - start, 2),
+            "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20, 3),
+            "tflops": rec.flops / 1e12, "resident_gb": rec.resident_bytes / 1e9,
+            "activation_gb": rec.activation_bytes / 1e9, "comm_gb": rec.comm_bytes / 1e9}
+
+
+def in_fresh_process(config: dict) -> dict:
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, __file__, "--one", json.dumps(config)], cwd=root,
+                         capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run(quick: bool = False) -> dict:
+    layers = (1, 2) if quick else (4, 8, 16, 32)
+    ranks = (8, 64) if quick else (8, 64, 512)
+    headline = {"gpt7b_fsdp64": dict(kind="gpt", layers=2 if quick else 32, ranks=64),
+                "simclr_resnet50_b4096": dict(kind="simclr", batch=256 if quick else 4096,
+                                              image_size=64 if quick else 224)}
+    results = {name: in_fresh_process(c) for name, c in headline.items()}
+    by_layers = [in_fresh_process(dict(kind="gpt", layers=n, ranks=64)) for n in layers]
+    by_ranks = [in_fresh_process(dict(kind="gpt", layers=layers[-1] // 2 or 1, ranks=n)) for n in ranks]
+    met = {name: all(results[name][k] <= limit for k, limit in GOALS[name].items()) for name in GOALS}
+    return {"headline": results, "growth_with_layers": by_layers, "growth_with_ranks": by_ranks,
+            "summary": {**{f"{n} {k}": results[n][k] for n in results for k in ("cpu_seconds", "peak_rss_gib")},
+                        "cpu_seconds_by_layers": {r["layers"]: r["cpu_seconds"] for r in by_layers},
+                        "cpu_seconds_by_ranks": {r["ranks"]: r["cpu_seconds"] for r in by_ranks},
+                        "goals": GOALS, "goals_met": met}}
+
+
+if __name__ == "__main__":
+    if "--one" in sys.argv:
+        print(json.dumps(measure_one(json.loads(sys.argv[sys.argv.index("--one") + 1]))))
+        sys.exit(0)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from run import run_one
+    print(json.dumps(run_one(Path(__file__), quick="--quick" in sys.argv)["summary"], indent=1))

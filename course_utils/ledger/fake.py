@@ -1,0 +1,112 @@
+"""The ledger at any scale: fake tensors and a fake process group, in this one process.
+
+``fake_mode()`` makes every tensor created inside it a *fake* tensor: shape, dtype, strides and
+device, no memory, no arithmetic. Models, optimizers and batches built there cost nothing, yet
+a whole training step runs through them, every op dispatched, so ``measure`` reads the same
+FLOPs, saved-for-backward bytes and resident state as it would on real tensors (a ResNet-50 at
+batch 4096 or a 7B transformer on a laptop).
+
+``fake_world(world_size)`` starts torch's ``"fake"`` process group: rank 0 of ``world_size``
+ranks whose collectives return at once without moving data. DDP, ZeRO-1, FSDP2 and tensor
+parallel wrap a model for real under it and issue their real collectives, which the ledger
+counts (``comm_bytes``). Use it *around* ``fake_mode()``: its DeviceMesh must exist before any
+fake tensor does.
+
+What a fake run cannot know: anything that depends on the values (a data-dependent shape, an
+``.item()`` branch; torch raises ``DataDependentOutputException`` naming the op), how fast the
+kernels run, how communication overlaps compute, and the allocator's caching and fragmentation.
+
+Private torch APIs (``torch._subclasses.fake_tensor`` and the fake backend, which lives under
+``torch.testing._internal``) are imported here and nowhere else.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+
+from .. import checks
+
+TORCH_NEEDED = "2.5"   # FakeStore in C++ and FSDP2's public fully_shard: checked on 2.14
+
+
+def _private(what: str):
+    """Import one private torch name, or say which torch version the fake ledger needs."""
+    try:
+        if what in ("FakeTensorMode", "FakeTensor"):
+            from torch._subclasses import fake_tensor
+            return getattr(fake_tensor, what)
+        if what == "FakeStore":
+            # importing the module registers the "fake" backend with torch.distributed
+            from torch.testing._internal.distributed.fake_pg import FakeStore
+            return FakeStore
+        if what == "data_dependent_errors":
+            from torch._subclasses import fake_tensor
+            return (fake_tensor.DataDependentOutputException,
+                    fake_tensor.DynamicOutputShapeException)
+    except ImportError as err:  # pragma: no cover - depends on the installed torch
+        raise ImportError(f"the fake ledger needs torch >= {TORCH_NEEDED} ({what} not found in "
+                          f"torch {torch.__version__}: {err}); upgrade torch") from err
+    raise ValueError(f"unknown private name {what!r}")
+
+
+@contextlib.contextmanager
+def explain_unknowable():
+    """Turn torch's "this op needs the values" errors on fake tensors into a ValueError that says
+    which op and what to do; the ledger cannot know such a step without data."""
+    try:
+        yield
+    except _private("data_dependent_errors") as err:
+        raise ValueError(
+            f"this step cannot run on fake tensors: an op needs the tensors' values ({err}); "
+            "such a number (a shape or branch chosen by the data) cannot be known without data. "
+            "Measure it on real tensors at a small size, or make the shape data-independent "
+            "(tensor arithmetic instead of .item()/int(), masks instead of boolean indexing)") from err
+
+
+def is_fake(tensor) -> bool:
+    """True for a fake tensor (no data behind it), or a DTensor whose local shard is one."""
+    tensor = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    return isinstance(tensor, _private("FakeTensor"))
+
+
+@contextlib.contextmanager
+def fake_mode():
+    """Context manager: tensors created inside are fake (no memory, no arithmetic).
+
+    Build the model, optimizer and batch inside, then call ``measure`` inside too::
+
+        with fake_mode():
+            model = resnet50()
+            opt = torch.optim.AdamW(model.parameters(), foreach=False)
+            x = torch.randn(4096, 3, 224, 224)
+            record = measure(lambda: step(x), model=model, optimizer=opt)
+
+    Constant real tensors that a module holds (e.g. a fixed index) are converted on first use.
+    Use ``foreach=False`` for AdamW/Adam/SGD: the fused multi-tensor kernels are not faked.
+    """
+    mode = _private("FakeTensorMode")(allow_non_fake_inputs=True)
+    with mode:
+        yield mode
+
+
+@contextlib.contextmanager
+def fake_world(world_size: int):
+    """Start a fake process group of ``world_size`` ranks (this process is rank 0); yield its
+    1-D DeviceMesh, built before any fake tensor exists; destroy the group on exit.
+
+    Under it ``DistributedDataParallel(m, init_sync=False)``, ``fully_shard(m, mesh=mesh)`` and
+    ``parallelize_module(m, mesh, plan)`` wrap a model as they would on ``world_size`` GPUs.
+    """
+    checks.positive_int(world_size, "world_size")
+    if dist.is_initialized():
+        raise RuntimeError("a process group is already initialised in this process; call "
+                           "fake_world outside torch.distributed runs (and outside fake_mode)")
+    store = _private("FakeStore")()
+    dist.init_process_group("fake", store=store, rank=0, world_size=world_size)
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        yield init_device_mesh("cpu", (world_size,))
+    finally:
+        dist.destroy_process_group()

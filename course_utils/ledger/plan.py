@@ -1,0 +1,203 @@
+"""Plans of real runs, measured on fake tensors (lesson 11): one function per configuration.
+
+Each builds its model *inside* the caller's ``fake_mode()`` (and, for several ranks, on the mesh
+``fake_world`` yields), runs one training step under ``measure`` and returns the ledger record.
+Call them on fake tensors for paper-size runs; at small sizes they also run on real tensors,
+which is how the tests check that fake and real agree.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .. import checks
+from .measured import measure
+
+
+def tensor_parallel_ledger(mesh, *, hidden: int, batch: int, seq: int, layers: int = 1):
+    """Megatron tensor parallelism of ``layers`` transformer MLPs (Linear(h, 4h)-GELU-Linear(4h, h))
+    over ``mesh`` (1-D), with torch's ``parallelize_module``: the first Linear column-parallel, the
+    second row-parallel. One AdamW step on a b×s×h batch (after one that creates the state).
+
+    Communication per step: a forward all-reduce of b·s·h after every row-parallel Linear and a
+    backward one before every column-parallel Linear whose input needs a gradient.
+    """
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+    for name, value in dict(hidden=hidden, batch=batch, seq=seq, layers=layers).items():
+        checks.positive_int(value, name)
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(),
+                                          nn.Linear(4 * hidden, hidden)) for _ in range(layers)])
+    plan = {}
+    for i in range(layers):
+        plan[f"{i}.0"], plan[f"{i}.2"] = ColwiseParallel(), RowwiseParallel()
+    model = parallelize_module(model, mesh, plan)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    x = torch.randn(batch, seq, hidden, generator=torch.Generator().manual_seed(0))
+
+    def step():
+        opt.zero_grad()
+        F.mse_loss(model(x), x).backward()
+        opt.step()
+    step()
+    return measure(step, model=model, optimizer=opt)
+
+
+# ---------------------------------------------------------------------------------------------
+# The papers' models
+# ---------------------------------------------------------------------------------------------
+def resnet50_encoder() -> nn.Module:
+    """torchvision's ResNet-50 without its classifier (2048 features): SimCLR's and MoCo's
+    backbone. 23.5 M parameters (25.6 M with the 1000-class head the papers count)."""
+    from torchvision.models import resnet50
+    model = resnet50(weights=None)
+    model.fc = nn.Identity()
+    model.feature_dim = 2048
+    return model
+
+
+def vit_large_16(image_size: int = 224) -> nn.Module:
+    """ViT-L/16 (24 blocks, width 1024, 16 heads, MLP 4096) built with the kit's ``ViT``
+    (no class token; fixed sin-cos positions): the MAE paper's encoder."""
+    from ..models import ViT
+    return ViT(image_size=image_size, patch_size=16, dim=1024, depth=24, heads=16, mlp_ratio=4)
+
+
+def ssl_ledger(objective: str, batch: int, *, image_size: int = 224, queue_size: int = 65536,
+               mask_ratio: float = 0.75, mask_tokens_in_encoder: bool = False,
+               encoder: nn.Module | None = None, ddp: bool = False):
+    """Ledger of one step of ``objective`` ('simclr', 'moco' on ResNet-50, 'mae' on ViT-L/16)
+    at ``batch`` images of ``image_size`` px, SGD with momentum (the papers use LARS / AdamW:
+    the same one or two state copies per parameter; 'mae' uses AdamW). The model is built here,
+    so call it inside ``fake_mode()`` at paper sizes. MAE's decoder: 8 blocks of width 512.
+    ``ddp=True`` (SimCLR only; inside ``fake_world``): the objective wrapped in DDP, gradients
+    all-reduced through ``allreduce_mean_hook`` so the ledger counts them; ``batch`` per rank.
+    """
+    from ..augment import SimCLRAugment
+    from ..models.heads import ProjectionHead
+    from ..objectives import MAE, MoCo, SimCLR, make_step
+    from ..optim import make_optimizer
+    checks.choice(objective, "objective", ("simclr", "moco", "mae"))
+    checks.positive_int(batch, "batch")
+    torch.manual_seed(0)
+    augment = None
+    if objective == "mae":
+        model = MAE(encoder or vit_large_16(image_size), mask_ratio=mask_ratio, decoder_dim=512,
+                    decoder_depth=8, decoder_heads=16, mask_tokens_in_encoder=mask_tokens_in_encoder)
+        opt = make_optimizer("adamw", model.parameters(), lr=1.5e-4, foreach=False)
+    else:
+        backbone = encoder or resnet50_encoder()
+        head = ProjectionHead(backbone.feature_dim, 2048, 128)
+        model = (SimCLR(backbone, head) if objective == "simclr"
+                 else MoCo(backbone, head, queue_size=queue_size, bn_groups=1, shuffle_keys=False))
+        opt = make_optimizer("sgd-momentum", model.parameters(), lr=0.3, foreach=False)
+        augment = SimCLRAugment(image_size)
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(batch, 3, image_size, image_size)
+    if ddp:
+        if objective != "simclr":
+            raise ValueError("ddp=True is wired for 'simclr' only (its forward takes the two views)")
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        from ..distributed.comm_count import allreduce_mean_hook
+        with warnings.catch_warnings():   # broadcast_buffers' successor still syncs at init
+            warnings.simplefilter("ignore", FutureWarning)
+            wrapped = DDP(model, init_sync=False, broadcast_buffers=False, gradient_as_bucket_view=True)
+        wrapped.register_comm_hook(None, allreduce_mean_hook)
+
+        def step(_batch):
+            opt.zero_grad(set_to_none=True)
+            wrapped(augment(images, generator), augment(images, generator)).backward()
+            opt.step()
+    else:
+        step = make_step(model, opt, augment=augment, generator=generator)
+        step((images, None))   # creates the optimizer state
+    return measure(lambda: step((images, None)), model=model, optimizer=opt, caches=model.caches,
+                   encoders=model.ledger_encoders)
+
+
+def gpt_ledger(*, layers: int, hidden: int, heads: int, vocab: int, seq: int, batch: int,
+               strategy: str = "single", mesh=None, recompute: str = "none"):
+    """Ledger of one step of a GPT-like ``TinyGPT`` (tied head, MLP 4h) with AdamW, forward in
+    bf16 autocast (fp32 parameters, gradients and moments: 16 bytes per parameter) on ``batch``
+    sequences of ``seq`` tokens per rank. ``strategy``: 'single', 'ddp' (gradients all-reduced
+    through ``allreduce_mean_hook``) or 'fsdp' (FSDP2 per block and at the root, over ``mesh``).
+    """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from ..distributed.comm_count import allreduce_mean_hook
+    from ..distributed.sharding import fully_shard
+    from ..transformer import TinyGPT
+    checks.choice(strategy, "strategy", ("single", "ddp", "fsdp"))
+    if strategy != "single" and mesh is None:
+        raise ValueError(f"strategy={strategy!r} needs mesh= (e.g. the one fake_world yields)")
+    torch.manual_seed(0)
+    model = TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute)
+    module = model
+    if strategy == "ddp":
+        module = DDP(model, init_sync=False, gradient_as_bucket_view=True)
+        module.register_comm_hook(None, allreduce_mean_hook)
+    elif strategy == "fsdp":
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=False)
+    tokens = torch.randint(vocab, (batch, seq + 1), generator=torch.Generator().manual_seed(0))
+    x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = module(x)
+        F.cross_entropy(logits.flatten(0, 1).float(), y.flatten()).backward()
+        opt.step()
+    return measure(step, model=model, optimizer=opt)
+
+
+def gathered_negatives_ledger(per_rank_batch: int, dim: int = 128):
+    """Ledger of SimCLR's loss with negatives gathered from every rank
+    (``nt_xent_local_with_global_negatives``), inside ``fake_world``: its communication is the
+    all-gather of both views' B×d embeddings (and its backward)."""
+    from ..distributed.data_parallel import nt_xent_local_with_global_negatives
+    checks.positive_int(per_rank_batch, "per_rank_batch")
+    z1 = torch.randn(per_rank_batch, dim, requires_grad=True)
+    z2 = torch.randn(per_rank_batch, dim, requires_grad=True)
+    return measure(lambda: nt_xent_local_with_global_negatives(z1, z2).backward())
+
+
+# ---------------------------------------------------------------------------------------------
+# One call for the planner widget: a named run, its per-device ledger, fit and time
+# ---------------------------------------------------------------------------------------------
+GPT_SIZES = {"GPT 1.3B": dict(layers=24, hidden=2048, heads=16),
+             "GPT 7B": dict(layers=32, hidden=4096, heads=32),
+             "GPT 13B": dict(layers=40, hidden=5120, heads=40)}
+PLANNED_MODELS = ("SimCLR ResNet-50", *GPT_SIZES)
+
+
+def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str = "ddp",
+             recompute: str = "none", size: int | None = None, device_bytes: float = 80e9,
+             peak_flops: float = 312e12, mfu: float = 0.4) -> dict:
+    """Measure one step of ``model`` (``PLANNED_MODELS``) on fake tensors and ``devices`` fake
+    ranks; return the per-device ledger ``record``, ``needed_bytes`` (resident + kept for
+    backward), ``fits``, ``margin_bytes`` (device_bytes − needed) and ``step_seconds`` =
+    FLOPs / (peak × MFU) per device. ``size``: image size (SimCLR, default 224) or sequence
+    length (GPT, default 4096); ``strategy`` 'ddp' or 'fsdp' (GPT only)."""
+    from .fake import fake_mode, fake_world
+    checks.choice(model, "model", PLANNED_MODELS)
+    checks.positive_int(devices, "devices")
+    checks.choice(strategy, "strategy", ("ddp", "fsdp") if model in GPT_SIZES else ("ddp",))
+    with fake_world(max(devices, 2)) as mesh, fake_mode():   # one device: no collectives issued
+        if model in GPT_SIZES:
+            record = gpt_ledger(**GPT_SIZES[model], vocab=32000, seq=size or 4096,
+                                batch=per_device_batch, strategy=strategy if devices > 1 else "single",
+                                mesh=mesh, recompute=recompute)
+        else:
+            record = ssl_ledger("simclr", per_device_batch, image_size=size or 224, ddp=devices > 1)
+    needed = record.resident_bytes + record.activation_bytes
+    return {"record": record, "needed_bytes": needed, "fits": needed <= device_bytes,
+            "margin_bytes": device_bytes - needed,
+            "step_seconds": record.flops / (peak_flops * mfu)}

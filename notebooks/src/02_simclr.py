@@ -22,6 +22,7 @@ SCALE = os.environ.get("COURSE_SCALE", "default")
 
 # %%
 import math
+from copy import deepcopy
 
 import matplotlib.pyplot as plt
 import torch
@@ -78,8 +79,8 @@ train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=dev
 test = load_dataset(cfg.dataset, "test", image_size=cfg.image_size, device=device,
                     download=SCALE == "gpu", limit=cfg.probe_test)
 probe_train = train.subset(cfg.probe_train, seed=1)
-# On 16-px "shapes" small crops cut the shape away, and colour and orientation are pure nuisances
-# (random per image), so: larger crops, stronger colour jitter, random quarter turns.
+# The recipe per scale is in cfg (printed below); on "shapes", colour and orientation are random
+# per image, so the default scale adds quarter turns and keeps crops large (not ablated here).
 augment = SimCLRAugment(cfg.image_size, crop_scale=cfg.crop_scale, color_strength=cfg.color_strength,
                         rotate=cfg.rotate)
 print(train, test, sep="\n")
@@ -95,9 +96,10 @@ def build_simclr(width=cfg.width, temperature=cfg.temperature, seed=cfg.seed, ti
 #
 # Contrastive learning needs things to compare against: an anchor view must pick its partner out
 # of many candidates. In SimCLR the candidates *are* the other images of the batch. Every one of
-# them is augmented twice, encoded, and — because the loss couples all of them — every view's
-# forward state stays alive until the single backward pass. More candidates therefore means more
-# **kept for backward**. Why want more candidates at all? Chen et al. (2020, *A Simple Framework
+# them is augmented twice, encoded, and — because the loss couples all of them — in the plain
+# implementation every view's forward state stays alive until the single backward pass. More
+# candidates therefore means more **kept for backward** (gradient caching, at the end of this
+# notebook, is the implementation that breaks this link). Why want more candidates at all? Chen et al. (2020, *A Simple Framework
 # for Contrastive Learning of Visual Representations*, Fig. 9) report that larger batches give a
 # better linear probe on ImageNet, with the advantage shrinking as training gets longer. That is
 # the paper's result, cited here: this notebook's CPU budget is far too small to reproduce it, and
@@ -131,19 +133,26 @@ z = F.normalize(torch.cat([z1, z2]), dim=1)
 sims = z @ z.T                                     # 6×6 cosine similarities
 others = [j for j in range(6) if j != 0]           # anchor 0: every row but itself
 row0 = -(sims[0, 3] / T - torch.logsumexp(sims[0, others] / T, dim=0))
+# the same row as cross-entropy over masked logits (what the kit does for all rows at once)
+masked = (sims / T).masked_fill(torch.eye(6, dtype=torch.bool), float("-inf"))
+per_anchor = F.cross_entropy(masked, torch.tensor([3, 4, 5, 0, 1, 2]), reduction="none")
 print("similarities of anchor 0:", [round(v, 3) for v in sims[0].tolist()])
-print(f"loss of anchor 0 by hand: {row0:.4f}")
+print(f"loss of anchor 0 by hand: {row0:.4f}   as row 0 of the masked cross-entropy: {per_anchor[0]:.4f}")
 print(f"mean over the 6 anchors, kit: {nt_xent_loss(z1, z2, T):.4f}   textbook loop: {nt_xent_loss_naive(z1, z2, T):.4f}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
+assert torch.isclose(row0, per_anchor[0], atol=1e-6), "the hand-computed row is row 0 of the cross-entropy"
+assert torch.allclose(nt_xent_loss(z1, z2, T), per_anchor.mean(), atol=1e-6)
 assert torch.allclose(nt_xent_loss(z1, z2, T), nt_xent_loss_naive(z1, z2, T), atol=1e-6)
 
 # %% [markdown]
-# Two augmented views of real images (the embedded "shapes" data: a shape of one of 8 classes,
-# random colours and stripes):
+# Two augmented views of real images (the dataset and the augmentation recipe are printed: at
+# default scale the embedded "shapes" data, a shape of one of several classes drawn with random
+# colours and stripes):
 
 # %%
+print(f"{train.name}: {len(train.classes)} classes, {cfg.image_size} px; views: {augment}")
 view1, view2 = augment.two_views(train.images[:8], torch.Generator().manual_seed(0))
 show_images(torch.cat([train.images[:8], view1, view2]).cpu(), nrow=8,
             title="rows: image / view 1 / view 2")
@@ -182,13 +191,17 @@ for r in exact_rows:
     assert min(abs(r["log(2N)"] - r["log(2N-1)"]), abs(r["log(2N-2)"] - r["log(2N-1)"])) > 1e-4, r
 
 # %% [markdown]
-# A real encoder at random initialisation does not start at this chance level: its projections of
-# different images are far from orthogonal. The actual starting loss of the training run is
-# reported below, next to log(2N−1).
+# A real encoder at random initialisation need not start at this chance level. What matters is
+# not how large the similarities are but how they spread: a row whose 2N−1 similarities are all
+# equal gives exactly log(2N−1), whatever their value. By Jensen's inequality (logsumexp of 2N−1
+# numbers ≥ log(2N−1) + their mean), ℓ_i ≥ log(2N−1) + (mean_{j≠i} s_ij − s_{i,p(i)})/T: the spread
+# of the candidates pushes the loss above chance, and a positive more similar than the average
+# candidate can pull it below. The actual start of the training run is reported below.
 #
-# **Activation bytes grow linearly with N; resident bytes do not.** One SimCLR step measured by
-# the ledger for several batch sizes. Both views (2N images) go through the encoder, and all their
-# saved tensors are alive until backward.
+# **Activation bytes grow linearly with N.** One SimCLR step measured by the ledger for several
+# batch sizes. Both views (2N images) go through the encoder, and all their saved tensors are
+# alive until backward. The resident line (parameters, gradients, Adam's state) is drawn for scale;
+# it is the same model at every N, so its being flat is an identity, not a finding.
 
 # %%
 ledger_rows = []
@@ -203,10 +216,11 @@ for n in cfg.ledger_batches:
                         "activation MB": rec.activation_bytes / 1e6,
                         "activation KB per image": rec.activation_bytes / n / 1e3,
                         "resident MB": rec.resident_bytes / 1e6, "GFLOPs": rec.flops / 1e9})
+# resident = parameters + gradients + Adam's two moments: the same model at every N, by construction
 show_table(ledger_rows)
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.plot([r["N"] for r in ledger_rows], [r["activation MB"] for r in ledger_rows], "o-", label="kept for backward")
-ax.plot([r["N"] for r in ledger_rows], [r["resident MB"] for r in ledger_rows], "s-", label="resident state")
+ax.plot([r["N"] for r in ledger_rows], [r["resident MB"] for r in ledger_rows], "s-", label="resident state (fixed by the model)")
 ax.set_xlabel("batch N (images; 2N views)"); ax.set_ylabel("MB"); ax.legend(); plt.show()
 
 # %%
@@ -214,14 +228,18 @@ ax.set_xlabel("batch N (images; 2N views)"); ax.set_ylabel("MB"); ax.legend(); p
 per_image = [r["activation KB per image"] for r in ledger_rows]
 assert all(r["views encoded"] == 2 * r["N"] for r in ledger_rows)
 assert max(per_image) / min(per_image) < 1.1, "activation bytes should be ∝ N (both views kept)"
-assert len({round(r["resident MB"], 9) for r in ledger_rows}) == 1, "resident state must not depend on N"
+assert len({round(r["resident MB"], 9) for r in ledger_rows}) == 1, "identity: one model, one resident state"
 
 # %% [markdown]
 # **Gradient accumulation is not a bigger batch.** Split the same N images into k micro-batches of
 # N/k, back-propagate each and sum the gradients: only one micro-batch's forward state is alive at
 # a time, so the *activation* line should shrink by k, but every anchor now sees only 2N/k − 1
-# candidates, so the objective itself changes. Measured on the same images and the same
-# random-init encoder:
+# candidates, so the objective itself changes. Measured on the same images, the same views (the
+# kit's `make_step` draws the batch's two views once and then splits them, as a data loader
+# would) and the same random-init encoder. The micro-batches also change BatchNorm's batch
+# statistics (the next experiment isolates that); at random init the loss sits near
+# log(candidates), so if the candidates are what changes the loss, the gap between the two losses
+# should be close to log((2N−1)/(2N/k−1)):
 
 # %%
 n, k = cfg.batch, cfg.accumulation
@@ -232,18 +250,22 @@ for micro in (1, k):
     step = make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0), accumulation=micro)
     out = {}
     rec = measure(lambda: out.update(step((train.images[:n], None))), model=model, optimizer=opt)
-    acc_rows.append({"micro-batches": micro, "candidates per anchor": 2 * n // micro - 1,
+    acc_rows.append({"micro-batches": micro, "candidates per anchor (computed)": 2 * n // micro - 1,
                      "loss": float(out["loss"]), "log(candidates)": math.log(2 * n // micro - 1),
                      "activation MB (peak)": rec.activation_bytes / 1e6})
 show_table(acc_rows)
 one, acc = acc_rows
 activation_ratio = one["activation MB (peak)"] / acc["activation MB (peak)"]
+accumulation_loss_gap = one["loss"] - acc["loss"]
+log_candidate_ratio = math.log((2 * n - 1) / (2 * n // k - 1))
 print(f"activation line: {activation_ratio:.2f}x smaller with k = {k} micro-batches; "
-      f"loss {one['loss']:.3f} -> {acc['loss']:.3f} ({one['loss'] - acc['loss']:.3f} lower)")
+      f"loss {one['loss']:.3f} -> {acc['loss']:.3f} ({accumulation_loss_gap:.3f} lower; "
+      f"log((2N-1)/(2N/k-1)) = {log_candidate_ratio:.3f})")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-assert one["loss"] - acc["loss"] > 0.5, "fewer candidates per anchor: an easier, different objective"
+assert abs(accumulation_loss_gap - log_candidate_ratio) < 0.1 * log_candidate_ratio, \
+    "fewer candidates per anchor: the loss drops by about log of the candidate ratio"
 assert 0.9 * k <= activation_ratio <= 1.1 * k, f"activation line should shrink by k = {k}, got {activation_ratio:.2f}x"
 
 # %% [markdown]
@@ -286,8 +308,14 @@ assert bn_train_gap > 100 * max(bn_eval_gap, 1e-7), "with batch statistics the a
 # ### Experiment: train, then probe against the same encoder at random init
 #
 # A linear probe (logistic regression on frozen features) of the backbone's features, after a
-# short SimCLR run, against the identical architecture at initialisation. The run is paused at
-# step `ablation_steps` to take a snapshot (probe and colour content of the features) that the two
+# short SimCLR run, against the identical architecture at initialisation. Features are extracted
+# in eval mode, where BatchNorm uses its running statistics; a freshly built encoder's are (0, 1),
+# which would make it a different function from any trained encoder (whose running statistics
+# have tracked its data). So the random-init baseline first gets its running statistics measured
+# on `calibration_images` training images (`torch.optim.swa_utils.update_bn`: a forward pass in
+# train mode, no gradient, cumulative averages), and is probed with `seeds` different
+# initialisations to show how much the baseline itself moves. The run is paused at step
+# `ablation_steps` to take a snapshot (probe and colour content of the features) that the two
 # ablations below are compared with: those arms train exactly as this run's first
 # `ablation_steps` steps did, with one thing changed.
 
@@ -326,14 +354,29 @@ def snapshot(model, history_loss):
             "loss (last 3 steps)": sum(tail) / len(tail)}
 
 
+def calibrated_copy(encoder):
+    """A copy of encoder whose BatchNorm running statistics are measured on training images."""
+    copy = deepcopy(encoder)
+    torch.optim.swa_utils.update_bn(train.images[:cfg.calibration_images].split(256), copy)
+    return copy
+
+
+random_rows = []
+for seed in range(cfg.seed, cfg.seed + cfg.seeds):
+    encoder = calibrated_copy(build_simclr(seed=seed).encoder)
+    random_rows.append({"seed": seed, **probe_encoder(encoder, probe_train, test), "colour R²": colour_r2(encoder)})
+show_table(random_rows)
+random_probe = {m: sum(r[m] for r in random_rows) / len(random_rows) for m in ("linear", "knn")}
+random_colour_r2 = sum(r["colour R²"] for r in random_rows) / len(random_rows)
+random_probe_spread = max(r["linear"] for r in random_rows) - min(r["linear"] for r in random_rows)
+random_r2_spread = max(r["colour R²"] for r in random_rows) - min(r["colour R²"] for r in random_rows)
+
 model = build_simclr()
-random_probe = probe_encoder(model.encoder, probe_train, test)
-random_colour_r2 = colour_r2(model.encoder)
 main_run = simclr_run(model, augment)
 at_ablation = snapshot(model, main_run(cfg.ablation_steps).history.series("loss"))
 history = main_run(cfg.steps).history
 trained_probe = probe_encoder(model.encoder, probe_train, test)
-show_table([{"encoder": "random init", **random_probe},
+show_table([{"encoder": f"random init (mean of {cfg.seeds} seeds, BN calibrated)", **random_probe},
             {"encoder": f"SimCLR, {cfg.ablation_steps} steps", "linear": at_ablation["linear"], "knn": at_ablation["knn"]},
             {"encoder": f"SimCLR, {cfg.steps} steps", **trained_probe}])
 plot_curves({"step": history.series("step"), "NT-Xent": history.series("loss")})
@@ -345,17 +388,22 @@ start_loss = losses[0]                  # the first step's loss is computed befo
 probe_gain = trained_probe["linear"] - random_probe["linear"]
 print(f"starting loss of the random-init encoder on real views: {start_loss:.3f} "
       f"(chance level log(2N-1) = {math.log(2 * cfg.batch - 1):.3f}); after {cfg.steps} steps: {losses[-1]:.3f}")
-print(f"linear probe: {100 * random_probe['linear']:.1f}% at random init -> {100 * trained_probe['linear']:.1f}% "
+print(f"linear probe: {100 * random_probe['linear']:.1f}% at random init (BN calibrated; {cfg.seeds} seeds "
+      f"span {100 * random_probe_spread:.1f} points) -> {100 * trained_probe['linear']:.1f}% "
       f"after {cfg.steps} steps ({100 * probe_gain:+.1f} points)")
 if cfg.min_probe_gain is not None:      # CI trains a few steps: nothing to claim there
+    assert start_loss > math.log(2 * cfg.batch - 1), "at this init the candidates' spread outweighs the positive"
     assert losses[-1] < losses[0], "the contrastive loss must fall"
     assert probe_gain >= cfg.min_probe_gain, \
         f"SimCLR should beat its own random init by >= {100 * cfg.min_probe_gain:.0f} points"
+    assert probe_gain > random_probe_spread, "the gain must exceed how much the baseline moves across seeds"
     assert trained_probe["knn"] > random_probe["knn"], "the kNN probe should agree"
 
 # %% [markdown]
 # The ablations below reuse this run's snapshot at `ablation_steps` as their baseline arm. That is
-# only fair if a fresh run of the same recipe retraces this one exactly; a few steps show it does:
+# only fair if a fresh run of the same recipe retraces this one exactly. The check covers the
+# first 3 steps (bit for bit); the later steps follow from the same seeds, data order and
+# deterministic kernels, which is an argument, not a measurement:
 
 # %%
 replay = simclr_run(build_simclr(), augment)(3).history.series("loss")
@@ -366,18 +414,16 @@ assert replay == losses[:3], "a fresh run of the same recipe must retrace the ma
 # Read the probe honestly. The assert is the claim this scale backs: on the embedded "shapes"
 # data (v2, whose stripes and noise were toned down so that the shape is the strongest
 # consistent signal at 16 px), a few CPU minutes of SimCLR beat the identical encoder at random
-# init by at least `min_probe_gain` on the linear probe (the gain reached is printed above), and
-# the kNN probe agrees. The augmentation matters as much as the steps: with the paper's small
-# crops (scale 0.2-1) a 16-px crop often cuts the shape away, and the shapes' random colour and
-# rotation are nuisances, so the views here use crops of 60-100%, stronger colour jitter and
-# random quarter turns. The paper trains for hundreds of epochs, and the gpu scale (CIFAR-10,
-# ResNet, thousands of steps) is the run for claims about representation quality.
+# init (BatchNorm calibrated, averaged over `seeds` initialisations) by at least `min_probe_gain`
+# on the linear probe and by more than the baseline's spread across seeds (both printed above),
+# and the kNN probe agrees. The views use the recipe printed at the top (crop scale, colour
+# strength, quarter turns: chosen for this data, not ablated here except for colour, below). The
+# paper trains for hundreds of epochs, and the gpu scale (CIFAR-10, ResNet, thousands of steps) is
+# the run for claims about representation quality.
 #
-# The random-init encoder does not start at the chance level log(2N−1) of the exact construction:
-# its projections of different images are far from orthogonal and their similarities spread
-# out, and at T = `temperature` a spread alone moves the loss away from log(2N−1) (by Jensen,
-# logsumexp of the candidates' s/T is at least log(2N−1) plus their mean s/T). The real start is
-# printed above next to the chance level; nothing is asserted about it.
+# The start of the run is above the chance level log(2N−1) (asserted at default scale): at this
+# initialisation the spread of each anchor's candidate similarities (Jensen's gap) outweighs how
+# much closer the positive is than the average candidate (the bound in the evidence above).
 
 # %% [markdown]
 # ### Temperature: an identity, then an experiment
@@ -420,7 +466,7 @@ assert shares[-1] >= top / sims.shape[1] - 1e-6, "identity: the top 10% never ge
 # probed:
 
 # %%
-temperature_rows = [{"T": "random init", "linear": random_probe["linear"], "knn": random_probe["knn"]}]
+temperature_rows = [{"T": "random init (BN calibrated)", "linear": random_probe["linear"], "knn": random_probe["knn"]}]
 for t in cfg.temperatures:
     if t == cfg.temperature:
         snap = at_ablation
@@ -443,10 +489,9 @@ if cfg.temperature_probe_gap is not None:
 
 # %% [markdown]
 # What this run can and cannot say. At `ablation_steps` steps the two temperatures' probes differ
-# by the amount printed above, while the main temperature's own gain over random init at that
-# step is small as well (compare the random-init row): one seed at this budget cannot tell such a
-# difference from run-to-run noise, so no direction is asserted here (`temperature_probe_gap` is
-# None at every scale that has not measured it). Chen et al. (2020, Table 5) report that with
+# by the amount printed above. Each arm is one seed, so the run has no measure of its own spread
+# to compare that difference with, and no direction is claimed (`temperature_probe_gap` is None
+# at every scale that has not measured it). Chen et al. (2020, Table 5) report that with
 # normalised embeddings T = 0.1 beats T = 1 by several points on ImageNet; showing that
 # needs each temperature trained as long as the main run, which does not fit the CPU budget. The
 # code path is the experiment: set `temperature_probe_gap` once a longer run (gpu scale) has
@@ -459,67 +504,71 @@ if cfg.temperature_probe_gap is not None:
 # image share their colour histogram, so without colour jitter the contrastive task can be solved
 # by colour alone. The ablation arm trains exactly like the main run's first `ablation_steps`
 # steps — same initial weights, AdamW, learning rate, temperature, data order — and even draws the
-# same random numbers: its augmentation draws the full recipe's parameters and then applies only
-# the geometric part (crop, flip, quarter turn), so both arms see identical crops and differ only
-# in the colour steps. Its loss, probe and colour content are compared with the main run's
-# snapshot at the same step, and with the encoder at random init.
+# same random numbers. The kit's `SimCLRAugment` is, by construction, `colour(geometry(x, g), g)`
+# (geometry: crop, flip, quarter turn; colour: jitter and grayscale), so the ablation's view
+# `geometry(x, g)` is exactly the geometric part of the main run's view, and drawing the colour
+# parameters and discarding them keeps the two arms' random streams aligned for every later step.
+# The first of these is an identity of the implementation; the second is checked below. Its loss,
+# probe and colour content are compared with the main run's snapshot at the same step.
 
 # %%
-geometric_augment = SimCLRAugment(cfg.image_size, crop_scale=cfg.crop_scale, color=False, rotate=cfg.rotate)
-
-
 def without_colour(images, generator):
     """augment's crop, flip and turn, without its colour steps; consumes the same random draws."""
-    before = generator.get_state()
-    view = geometric_augment(images, generator)    # geometry is drawn first, so it matches augment's
-    generator.set_state(before)
-    augment(images, generator)                     # advance the generator exactly as the main run did
+    view = augment.geometry(images, generator)
+    augment.colour(view, generator)               # drawn and discarded: the main run drew it too
     return view
 
 
 _g1, _g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
 _x = train.images[:8]
-assert torch.equal(without_colour(_x, _g1), geometric_augment(_x, torch.Generator().manual_seed(5)))
+without_colour(_x, _g1)
 augment(_x, _g2)
 assert torch.equal(_g1.get_state(), _g2.get_state()), "both arms must consume the same random draws"
 
 no_colour = build_simclr()
 no_colour_snap = snapshot(no_colour, simclr_run(no_colour, without_colour)(cfg.ablation_steps).history.series("loss"))
 colour_rows = [
-    {"encoder": "random init", "loss (last 3 steps)": None, "colour R²": random_colour_r2, **random_probe},
+    {"encoder": f"random init (BN calibrated, mean of {cfg.seeds})", "loss (last 3 steps)": None,
+     "colour R²": random_colour_r2, **random_probe},
     {"encoder": f"colour jitter, {cfg.ablation_steps} steps", **at_ablation},
     {"encoder": f"no colour distortion, {cfg.ablation_steps} steps", **no_colour_snap},
 ]
 show_table(colour_rows)
 _, with_c, without_c = colour_rows
 shortcut_loss_gap = with_c["loss (last 3 steps)"] - without_c["loss (last 3 steps)"]
+unexplained_jitter, unexplained_no_colour = 1 - with_c["colour R²"], 1 - without_c["colour R²"]
+colour_probe_gap = with_c["linear"] - without_c["linear"]
 print(f"loss at step {cfg.ablation_steps}: {with_c['loss (last 3 steps)']:.3f} with colour jitter, "
-      f"{without_c['loss (last 3 steps)']:.3f} without ({shortcut_loss_gap:.2f} lower); colour R² "
-      f"{random_colour_r2:.3f} at random init, {with_c['colour R²']:.3f} with jitter, {without_c['colour R²']:.3f} without; "
-      f"linear probe {100 * random_probe['linear']:.1f}% at random init, {100 * with_c['linear']:.1f}% with jitter, "
-      f"{100 * without_c['linear']:.1f}% without")
+      f"{without_c['loss (last 3 steps)']:.3f} without ({shortcut_loss_gap:.2f} lower)")
+print(f"colour R²: {with_c['colour R²']:.3f} with jitter, {without_c['colour R²']:.3f} without: the mean colour's "
+      f"unexplained variance is {100 * unexplained_jitter:.1f}% vs {100 * unexplained_no_colour:.1f}% "
+      f"(random init, BN calibrated: R² {random_colour_r2:.3f}, seeds span {random_r2_spread:.3f})")
+print(f"linear probe (shape): {100 * with_c['linear']:.1f}% with jitter, {100 * without_c['linear']:.1f}% without "
+      f"({100 * colour_probe_gap:+.1f} points; random init {100 * random_probe['linear']:.1f}%, "
+      f"seeds span {100 * random_probe_spread:.1f} points)")
 
 # %%
 if cfg.min_shortcut_loss_gap is not None:
     assert shortcut_loss_gap > cfg.min_shortcut_loss_gap, "the shortcut makes the task easy"
     assert without_c["colour R²"] > with_c["colour R²"], "the no-colour features keep more colour"
-    assert with_c["colour R²"] < random_colour_r2, "colour jitter teaches the encoder to drop colour"
-if cfg.colour_probe_below_random:
-    assert without_c["linear"] < random_probe["linear"], "the shortcut makes the features worse than random for shape"
-    assert without_c["linear"] < with_c["linear"]
+if cfg.colour_probe_gap_over_spread:
+    assert colour_probe_gap > random_probe_spread, \
+        "with jitter the shape probe beats the no-colour arm by more than the baseline's seed spread"
 
 # %% [markdown]
 # Without colour distortion the loss at the same step is far lower (the gap is printed; at default
-# scale it is asserted above `min_shortcut_loss_gap`): the task got easy. Read the colour R²
-# against the random-init row: a random CNN's features already let a linear map read off each
-# image's mean colour, so training *removes* colour, or keeps it. The colour-jitter arm's features
-# carry less colour than at initialisation (asserted); the no-colour arm's carry more than the
-# jitter arm's (asserted): it kept what the jitter taught the other arm to drop. The strongest
-# evidence is the shape probe: after the same steps, the no-colour arm's linear probe is *below
-# the random-init encoder's* (asserted at default scale): training on the colour shortcut made the
-# features worse for shape than no training at all. The colour jitter exists to take that
-# shortcut away. One seed and `ablation_steps` steps: this shows the mechanism, not the size of
-# the effect in a full-length run.
+# scale it is asserted above `min_shortcut_loss_gap`): the task got easy. The colour content of
+# the features differs the way the shortcut predicts, but modestly: both arms' features still let
+# a linear map read off each image's mean colour almost perfectly, and the jitter arm's leave more
+# of its variance unexplained than the no-colour arm's (both percentages printed; the order is
+# asserted). So jitter makes colour *less* available, it does not remove it. The random-init row is
+# context, not an arm: its colour R² is measured with calibrated BatchNorm and moves with the seed
+# by the printed span, so no claim is drawn from it. The like-for-like evidence is the shape
+# probe: after the same steps from the same weights, the arm trained with colour jitter is ahead
+# of the arm that could use the colour shortcut by the printed number of points, asserted at
+# default scale to exceed the random-init baseline's spread across seeds. The colour jitter
+# exists to take that shortcut away. One seed per arm and `ablation_steps` steps: this shows the
+# mechanism, not the size of the effect in a full-length run.
 
 # %% [markdown]
 # ## More candidates without more back-propagated images: gradient caching and a tiled loss

@@ -22,6 +22,7 @@ SCALE = os.environ.get("COURSE_SCALE", "default")
 
 # %%
 import math
+import time
 from copy import deepcopy
 
 import matplotlib.pyplot as plt
@@ -30,7 +31,7 @@ import torch.nn.functional as F
 
 from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
-from course_utils.evaluate import extract_features, probe_encoder
+from course_utils.evaluate import extract_features, knn_accuracy, linear_probe
 from course_utils.ledger import measure
 from course_utils.models import ProjectionHead, SmallResNet
 from course_utils.objectives import SimCLR, Supervised, make_step
@@ -40,36 +41,42 @@ from course_utils.report import headline, show_table
 from course_utils.runtime import setup
 from course_utils.scales import config
 from course_utils.train import TrainState, fit
+from tqdm.auto import tqdm
 
 cfg = config(
     SCALE,
     ci=dict(image_size=16, width=8, blocks=(1, 1, 1),
             batch=32, steps=4, ablation_steps=2, lr=2e-3, temperature=0.2, temperatures=(0.2, 1.0),
             crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, accumulation=4,
-            min_probe_gain=None, min_shortcut_loss_gap=None, colour_probe_below_random=None,
+            seeds=2, calibration_images=64,
+            min_probe_gain=None, min_shortcut_loss_gap=None, colour_probe_gap_over_spread=None,
             temperature_probe_gap=None,
-            ledger_batches=[8, 16, 32], gc_batch=16, gc_chunk=4, gc_tile=8, gc_sweep=[8, 16, 32],
-            gc_budget_mb=16, train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
+            ledger_batches=[8, 16, 32], gc_batch=16, gc_chunk=4, gc_tile=8, gc_sweep=[8, 32, 256],
+            gc_budget_mb=8, train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
+    # default: three SimCLR runs of 200 steps fit the 4-minute budget on 2 cores (main run, the
+    # no-colour arm and the random-init seeds); the second temperature is trained at ci and gpu only
     default=dict(image_size=16, width=16, blocks=(1, 1, 1),
-                 batch=128, steps=600, ablation_steps=200, lr=2e-3,
+                 batch=128, steps=200, ablation_steps=200, lr=2e-3,
                  temperature=0.2,                  # the main run's T (lesson 05 keeps its own; see there)
-                 temperatures=(0.2, 1.0),          # the temperature experiment: same run, T changed
+                 temperatures=(0.2,),              # the temperature experiment: same run, T changed
                  crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, accumulation=4,
-                 min_probe_gain=0.15,              # thresholds the default run is asserted against
-                 min_shortcut_loss_gap=1.0, colour_probe_below_random=True,
+                 seeds=3, calibration_images=2048,
+                 min_probe_gain=0.05,              # thresholds the default run is asserted against
+                 min_shortcut_loss_gap=1.0, colour_probe_gap_over_spread=True,
                  temperature_probe_gap=None,      # no claim at this budget: see the temperature experiment
                  ledger_batches=[16, 32, 64, 128], gc_batch=128, gc_chunk=16, gc_tile=64,
-                 gc_sweep=[32, 64, 128, 256], gc_budget_mb=256,
+                 gc_sweep=[64, 256, 1024], gc_budget_mb=32,
                  train_limit=5000, probe_train=2000, probe_test=1000,
                  dataset="shapes"),
     gpu=dict(image_size=32, width=64, blocks=(2, 2, 2, 2),  # CIFAR ResNet-18
              batch=512, steps=3000, ablation_steps=1000, lr=2e-3,
              temperature=0.2, temperatures=(0.2, 1.0),
              crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False, accumulation=4,
-             min_probe_gain=0.15, min_shortcut_loss_gap=None, colour_probe_below_random=None,
+             seeds=3, calibration_images=10000,
+             min_probe_gain=0.15, min_shortcut_loss_gap=None, colour_probe_gap_over_spread=None,
              temperature_probe_gap=None,
              ledger_batches=[64, 128, 256, 512], gc_batch=512, gc_chunk=64, gc_tile=256,
-             gc_sweep=[128, 256, 512, 1024], gc_budget_mb=4096,
+             gc_sweep=[256, 1024, 4096], gc_budget_mb=1024,
              train_limit=None, probe_train=10000, probe_test=10000,
              dataset="cifar10"),
 )
@@ -86,10 +93,13 @@ augment = SimCLRAugment(cfg.image_size, crop_scale=cfg.crop_scale, color_strengt
 print(train, test, sep="\n")
 
 
+EMBED_DIM = 64                          # the projection head's output d
+
+
 def build_simclr(width=cfg.width, temperature=cfg.temperature, seed=cfg.seed, tile=None):
     torch.manual_seed(seed)
     backbone = SmallResNet(width=width, blocks=cfg.blocks)
-    return SimCLR(backbone, ProjectionHead(backbone.feature_dim, 128, 64), temperature, tile=tile).to(device)
+    return SimCLR(backbone, ProjectionHead(backbone.feature_dim, 128, EMBED_DIM), temperature, tile=tile).to(device)
 
 # %% [markdown]
 # ## The problem
@@ -320,11 +330,19 @@ assert bn_train_gap > 100 * max(bn_eval_gap, 1e-7), "with batch statistics the a
 # `ablation_steps` steps did, with one thing changed.
 
 # %%
-def colour_r2(encoder):
-    """How well a linear map of the features predicts each image's mean RGB colour (test R²)."""
+def probes(encoder):
+    """Linear and kNN shape probes and colour R², from one extraction of the frozen features."""
+    ftr, fte = extract_features(encoder, probe_train.images), extract_features(encoder, test.images)
+    ytr, yte = probe_train.labels.cpu(), test.labels.cpu()
+    return {"linear": linear_probe(ftr, ytr, fte, yte), "knn": knn_accuracy(ftr, ytr, fte, yte),
+            "colour R²": colour_r2(ftr, fte)}
+
+
+def colour_r2(ftr, fte):
+    """How well a ridge-regularised linear map of the features predicts each image's mean RGB
+    colour: test R² (1 − residual / total variance, summed over the 3 channels)."""
     def mean_rgb(ds):
         return ds.images.mean(dim=(2, 3)).cpu()
-    ftr, fte = extract_features(encoder, probe_train.images), extract_features(encoder, test.images)
     mu, sd = ftr.mean(0), ftr.std(0).clamp_min(1e-6)
     xtr = torch.cat([(ftr - mu) / sd, torch.ones(len(ftr), 1)], 1)
     xte = torch.cat([(fte - mu) / sd, torch.ones(len(fte), 1)], 1)
@@ -348,10 +366,9 @@ def simclr_run(model, augmentation):
 
 
 def snapshot(model, history_loss):
-    """Probe, colour R² and the loss averaged over the last 3 steps."""
+    """Probes, colour R² and the loss averaged over the last 3 steps."""
     tail = history_loss[-3:]
-    return {**probe_encoder(model.encoder, probe_train, test), "colour R²": colour_r2(model.encoder),
-            "loss (last 3 steps)": sum(tail) / len(tail)}
+    return {**probes(model.encoder), "loss (last 3 steps)": sum(tail) / len(tail)}
 
 
 def calibrated_copy(encoder):
@@ -364,7 +381,7 @@ def calibrated_copy(encoder):
 random_rows = []
 for seed in range(cfg.seed, cfg.seed + cfg.seeds):
     encoder = calibrated_copy(build_simclr(seed=seed).encoder)
-    random_rows.append({"seed": seed, **probe_encoder(encoder, probe_train, test), "colour R²": colour_r2(encoder)})
+    random_rows.append({"seed": seed, **probes(encoder)})
 show_table(random_rows)
 random_probe = {m: sum(r[m] for r in random_rows) / len(random_rows) for m in ("linear", "knn")}
 random_colour_r2 = sum(r["colour R²"] for r in random_rows) / len(random_rows)
@@ -375,10 +392,10 @@ model = build_simclr()
 main_run = simclr_run(model, augment)
 at_ablation = snapshot(model, main_run(cfg.ablation_steps).history.series("loss"))
 history = main_run(cfg.steps).history
-trained_probe = probe_encoder(model.encoder, probe_train, test)
+trained_probe = probes(model.encoder)
 show_table([{"encoder": f"random init (mean of {cfg.seeds} seeds, BN calibrated)", **random_probe},
             {"encoder": f"SimCLR, {cfg.ablation_steps} steps", "linear": at_ablation["linear"], "knn": at_ablation["knn"]},
-            {"encoder": f"SimCLR, {cfg.steps} steps", **trained_probe}])
+            {"encoder": f"SimCLR, {cfg.steps} steps", "linear": trained_probe["linear"], "knn": trained_probe["knn"]}])
 plot_curves({"step": history.series("step"), "NT-Xent": history.series("loss")})
 plt.show()
 
@@ -463,7 +480,9 @@ assert shares[-1] >= top / sims.shape[1] - 1e-6, "identity: the top 10% never ge
 # is trained at the temperatures in `cfg.temperatures` with everything else the main run's: same
 # initial weights, AdamW, learning rate, data order, augmentation draws and `ablation_steps`
 # steps (the main run's temperature is read from its snapshot at that step). Then each encoder is
-# probed:
+# probed. At default scale `cfg.temperatures` holds the main run's temperature only: a second
+# 200-step run does not fit the 4-minute CPU budget, so the other arm is trained at ci scale (the
+# code path) and at gpu scale (the experiment):
 
 # %%
 temperature_rows = [{"T": "random init (BN calibrated)", "linear": random_probe["linear"], "knn": random_probe["knn"]}]
@@ -478,9 +497,12 @@ for t in cfg.temperatures:
 show_table(temperature_rows)
 by_t = {r["T"]: r for r in temperature_rows[1:]}
 t_low, t_high = min(cfg.temperatures), max(cfg.temperatures)
-temperature_probe_gap = by_t[t_low]["linear"] - by_t[t_high]["linear"]
-print(f"after {cfg.ablation_steps} steps: linear probe {100 * by_t[t_low]['linear']:.1f}% at T={t_low}, "
-      f"{100 * by_t[t_high]['linear']:.1f}% at T={t_high} ({100 * temperature_probe_gap:+.1f} points)")
+temperature_probe_gap = by_t[t_low]["linear"] - by_t[t_high]["linear"] if t_low != t_high else None
+if temperature_probe_gap is None:
+    print(f"one temperature trained at this scale (T={t_low}): no comparison to make")
+else:
+    print(f"after {cfg.ablation_steps} steps: linear probe {100 * by_t[t_low]['linear']:.1f}% at T={t_low}, "
+          f"{100 * by_t[t_high]['linear']:.1f}% at T={t_high} ({100 * temperature_probe_gap:+.1f} points)")
 
 # %%
 if cfg.temperature_probe_gap is not None:
@@ -488,8 +510,8 @@ if cfg.temperature_probe_gap is not None:
         f"T={t_low} should beat T={t_high} on the probe by > {100 * cfg.temperature_probe_gap:.0f} points"
 
 # %% [markdown]
-# What this run can and cannot say. At `ablation_steps` steps the two temperatures' probes differ
-# by the amount printed above. Each arm is one seed, so the run has no measure of its own spread
+# What this run can and cannot say. Where two temperatures are trained, their probes at
+# `ablation_steps` steps differ by the amount printed above. Each arm is one seed, so the run has no measure of its own spread
 # to compare that difference with, and no direction is claimed (`temperature_probe_gap` is None
 # at every scale that has not measured it). Chen et al. (2020, Table 5) report that with
 # normalised embeddings T = 0.1 beats T = 1 by several points on ImageNet; showing that
@@ -576,7 +598,9 @@ if cfg.colour_probe_gap_over_spread:
 # **The problem.** Accumulation above cut the "kept for backward" line by k and took the candidates
 # with it. The source's sentence says it need not: *needing more things to compare against does not
 # have to mean back-propagating through more images at once.* Lesson 03 answers with history
-# (MoCo, candidates from earlier steps). Two answers keep this step's batch, and are exact.
+# (MoCo, candidates from earlier steps). Two answers keep this step's batch; both give the
+# full-batch loss and gradient exactly for an encoder without batch-dependent layers (with
+# BatchNorm they do not: see the boundary of this section).
 #
 # **The mechanism.**
 # - *Gradient caching* (Gao et al., 2021). The loss couples the images only through their
@@ -618,36 +642,48 @@ for method in GC_METHODS:
     k = cfg.gc_batch // cfg.gc_chunk
     gc_records[method] = rec
     gc_rows.append({"method": method, "views encoded": rec.encoded["views encoded"],
-                    "candidates per anchor": 2 * cfg.gc_batch // (k if method == "accumulation" else 1) - 1,
+                    "candidates per anchor (computed)": 2 * cfg.gc_batch // (k if method == "accumulation" else 1) - 1,
                     "kept for backward MB": rec.activation_bytes / 1e6, "GFLOPs": rec.flops / 1e9})
 show_table(gc_rows)
+cached_vs_accumulation = gc_records["gradient caching"].activation_bytes / gc_records["accumulation"].activation_bytes
+print(f"kept for backward, gradient caching / accumulation: {cached_vs_accumulation:.3f}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert abs(cached_vs_accumulation - 1) < 0.02, "caching keeps about what one accumulation micro-batch keeps"
 
 # %% [markdown]
-# Read the ledger: gradient caching encodes every view twice (the "repeated" line of the ledger:
-# pass 1 without a graph, pass 3 with one) and so spends more FLOPs, keeps the candidates of the
-# naive step, and keeps for backward what a chunk of `gc_chunk` images needs, like accumulation.
+# Read the ledger: gradient caching encodes every view twice (the "views encoded" column: pass 1
+# without a graph, pass 3 with one) and so spends more FLOPs, keeps the candidates of the naive
+# step, and keeps for backward what a chunk of `gc_chunk` images needs, like accumulation with
+# micro-batches of the same size (the ratio is printed and asserted within 2%).
 #
 # **The evidence.** First, the update. Gradient caching must give the *same* parameter update as
 # the naive step, and accumulation must not. Exactness holds when nothing but the loss couples the
 # images, so this check uses an fp64 encoder without BatchNorm (the boundary below says what BN
-# changes):
+# changes). All three arms see the same two views of the same images (`make_step` draws the
+# batch's views once, then splits them), so they differ only in how the gradient is assembled:
 
 # %%
 def fp64_update(**kwargs):
+    """-> (parameters before, parameters after) one SGD step (lr 1) of an fp64 SimCLR without BN."""
     torch.manual_seed(cfg.seed)
     encoder = nn.Sequential(nn.Flatten(), nn.Linear(3 * cfg.image_size ** 2, 64), nn.ReLU())
     model = SimCLR(encoder, nn.Linear(64, 32), temperature=cfg.temperature).double()
+    before = torch.cat([p.detach().flatten() for p in model.parameters()])
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0), **kwargs)(
         train.images[:cfg.gc_batch].double())
-    return torch.cat([p.detach().flatten() for p in model.parameters()])
+    return before, torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
 k = cfg.gc_batch // cfg.gc_chunk
-full_update = fp64_update()
-gap_cached = (fp64_update(chunks=k) - full_update).abs().max().item()
-gap_accumulated = (fp64_update(accumulation=k) - full_update).abs().max().item()
-print(f"max |Δθ| vs the full batch: gradient caching {gap_cached:.1e}, accumulation {gap_accumulated:.1e}")
+initial, full_update = fp64_update()
+update_size = (full_update - initial).abs().max().item()
+gap_cached = (fp64_update(chunks=k)[1] - full_update).abs().max().item()
+gap_accumulated = (fp64_update(accumulation=k)[1] - full_update).abs().max().item()
+print(f"max |Δθ| vs the full batch (whose own update is {update_size:.2e} at most): gradient caching "
+      f"{gap_cached:.1e}, accumulation {gap_accumulated:.1e} ({100 * gap_accumulated / update_size:.1f}% of the update)")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -655,10 +691,14 @@ naive_rec, cached_rec = gc_records["naive"], gc_records["gradient caching"]
 assert cached_rec.encoded["views encoded"] == 2 * naive_rec.encoded["views encoded"], "every view twice"
 assert abs((cached_rec.flops - naive_rec.flops) / naive_rec.forward_flops - 1) < 0.05, \
     "the extra cost is one more forward pass"
-assert gap_cached < 1e-12, "gradient caching is the full-batch update, up to fp64 rounding"
-assert gap_accumulated > 1e6 * max(gap_cached, 1e-18), "accumulation optimises another objective"
+assert gap_cached < 1e-12 * max(update_size, 1.0), "gradient caching is the full-batch update, up to fp64 rounding"
+assert gap_accumulated > 0.01 * update_size, "accumulation optimises another objective: the update moves by > 1%"
 
 # %% [markdown]
+# Accumulation's update differs from the full batch's by the printed share of the update itself,
+# with the same views and the same images: what changed is the objective (each anchor's 2N/k − 1
+# candidates instead of 2N − 1). Gradient caching's differs only by fp64 rounding.
+#
 # Second, the tiled loss is the plain loss, in value and gradients (fp64, random embeddings):
 
 # %%
@@ -674,12 +714,14 @@ assert all(torch.allclose(a, b, atol=1e-12, rtol=0) for a, b in
 # %% [markdown]
 # Third, the memory forms. Gradient caching never holds the loss's graph and a chunk's graph at
 # the same time (pass 2 ends before pass 3 starts), so its kept-for-backward should be exactly the
-# larger of the two: one chunk through the encoder, or the loss alone on N×d embeddings. With the
-# plain loss that second term grows as N², with the tiled one as N·d. Sweep N and check:
+# larger of the two: one chunk through the encoder, or the loss alone on the 2N×d embeddings. The
+# plain loss keeps its 2N×2N logits, so that second term grows as N²; the tiled one keeps O(N·d).
+# The sweep runs past the N where the plain loss outgrows a chunk, so the two forms part:
 
 # %%
 def loss_alone_kept(n, tile):
-    z1, z2 = (torch.randn(n, 64, requires_grad=True, device=device) for _ in range(2))
+    """Bytes the loss alone keeps for backward on n×EMBED_DIM embeddings (plain, or tiled)."""
+    z1, z2 = (torch.randn(n, EMBED_DIM, requires_grad=True, device=device) for _ in range(2))
     loss = (lambda: nt_xent_loss(z1, z2, cfg.temperature)) if tile is None else \
         (lambda: nt_xent_loss_tiled(z1, z2, cfg.temperature, tile))
     return measure(lambda: loss().backward()).activation_bytes
@@ -690,21 +732,27 @@ chunk_views = torch.cat([augment(train.images[:cfg.gc_chunk], torch.Generator().
 chunk_kept = measure(lambda: chunk_model.embed(chunk_views).sum().backward(), model=chunk_model).activation_bytes
 
 gc_sweep = []
-for n in cfg.gc_sweep:
+for n in tqdm(cfg.gc_sweep, desc="memory sweep"):
     row = {"N": n}
     for method in ("naive", "gradient caching", "gradient caching + tiled"):
         model, opt, step = gc_step(method, n)
         row[method] = measure(lambda: step((train.images[:n], None)), model=model).activation_bytes
-    row["predicted caching"] = max(chunk_kept, loss_alone_kept(n, None))
-    row["predicted caching + tiled"] = max(chunk_kept, loss_alone_kept(n, cfg.gc_tile))
+    row["loss alone"], row["loss alone, tiled"] = loss_alone_kept(n, None), loss_alone_kept(n, cfg.gc_tile)
+    row["predicted caching"] = max(chunk_kept, row["loss alone"])
+    row["predicted caching + tiled"] = max(chunk_kept, row["loss alone, tiled"])
     gc_sweep.append(row)
 show_table([{k: (v / 1e6 if k != "N" else v) for k, v in r.items()} for r in gc_sweep])
+n_top = cfg.gc_sweep[-1]
+loss_doubling = loss_alone_kept(2 * n_top, None) / gc_sweep[-1]["loss alone"]
+tiled_doubling = loss_alone_kept(2 * n_top, cfg.gc_tile) / gc_sweep[-1]["loss alone, tiled"]
+print(f"one chunk keeps {chunk_kept / 1e6:.3f} MB; doubling N from {n_top}: the plain loss keeps "
+      f"{loss_doubling:.2f}x more (N² gives 4), the tiled loss {tiled_doubling:.2f}x (N·d gives 2)")
 
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ns = [r["N"] for r in gc_sweep]
-for method, style in (("naive", "o-"), ("gradient caching", "s-"), ("gradient caching + tiled", "^-")):
+for method, style in (("naive", "o-"), ("gradient caching", "s-"), ("gradient caching + tiled", "^--")):
     ax.plot(ns, [r[method] / 1e6 for r in gc_sweep], style, label=method)
-ax.axhline(cfg.gc_budget_mb, color="gray", ls=":", label=f"budget {cfg.gc_budget_mb} MB")
+ax.axhline(chunk_kept / 1e6, color="gray", ls=":", label=f"one chunk ({cfg.gc_chunk} images)")
 ax.set_xscale("log", base=2); ax.set_yscale("log")
 ax.set_xlabel("batch N (images)"); ax.set_ylabel("kept for backward (MB)"); ax.legend(); plt.show()
 
@@ -715,46 +763,95 @@ for r in gc_sweep:
     assert r["gradient caching + tiled"] == r["predicted caching + tiled"], r
 naive_growth = gc_sweep[-1]["naive"] / gc_sweep[0]["naive"]
 assert 0.95 <= naive_growth / (ns[-1] / ns[0]) <= 1.1, "naive: kept for backward ∝ N (the encoder's)"
-tiled_growth = gc_sweep[-1]["gradient caching + tiled"] / gc_sweep[0]["gradient caching + tiled"]
-assert tiled_growth < 1.05, "caching + tiled: one chunk's graph, whatever N"
+top = gc_sweep[-1]
+assert top["loss alone"] > chunk_kept, "at the largest N the plain loss, not the chunk, sets caching's peak"
+assert top["gradient caching + tiled"] == chunk_kept, "with tiling the chunk still sets it"
+assert top["gradient caching"] > 1.5 * top["gradient caching + tiled"], "so tiling shows"
+assert abs(loss_doubling / 4 - 1) < 0.1, "plain loss: kept grows as N²"
+assert abs(tiled_doubling / 2 - 1) < 0.1, "tiled loss: kept grows as N·d"
 
 # %% [markdown]
-# So "which N fits" has a different answer for each. With the forms above (naive: fitted
-# a + bN + cN² on the sweep; caching: the larger of the chunk and the loss, the loss fitted on its
-# own), the largest batch under a budget of `gc_budget_mb`:
+# So "which N fits" has a different answer for each. Take a **kept-for-backward budget** of
+# `gc_budget_mb` and count, for each way, what the step holds while it back-propagates:
+#
+# - naive: the encoder's saved tensors for 2N views (measured per view on one chunk; they include
+#   the views themselves, saved by the first convolution) plus the loss's;
+# - gradient caching: what it keeps (the larger of one chunk and the loss, as just measured) plus
+#   what it holds across its three passes: all 2N input views, the cached embeddings z and their
+#   gradient z.grad (2 × 2N×d);
+# - every loss's backward also makes transients: the plain loss a 2N×2N gradient of its
+#   probabilities and of its logits (2 × (2N)² numbers), the tiled loss one tile×2N block and its
+#   exponential (2 × tile·2N) plus three 2N×d gradient buffers. They are added to each form.
+#
+# Kept-for-backward is measured (above); views, z, z.grad and transients are computed from their
+# shapes (the CPU has no allocator peak to read). What is excluded: the encoder's own backward
+# transients (a layer's activation gradient, alive while that layer is back-propagated), which
+# favour the naive step. The loss's kept bytes are fitted on the measured sizes (quadratic for
+# the plain loss, linear for the tiled one) and the search goes no further than 4× the largest N
+# measured:
 
 # %%
-def loss_fit(tile):
-    sizes = [cfg.gc_sweep[-1] * f for f in (1, 2, 4)]
-    return np.polyfit(sizes, [loss_alone_kept(n, tile) for n in sizes], 2)
+loss_ns = ns + [2 * n_top]
+loss_kept = {None: [r["loss alone"] for r in gc_sweep] + [loss_doubling * top["loss alone"]],
+             cfg.gc_tile: [r["loss alone, tiled"] for r in gc_sweep] + [tiled_doubling * top["loss alone, tiled"]]}
+loss_fits = {None: np.polyfit(loss_ns, loss_kept[None], 2), cfg.gc_tile: np.polyfit(loss_ns, loss_kept[cfg.gc_tile], 1)}
+per_view = chunk_kept / (2 * cfg.gc_chunk)              # the encoder's saved bytes per view
+view_bytes = train.images[0].numel() * train.images.element_size()
+z_bytes = EMBED_DIM * 4
 
 
-naive_fit = np.polyfit(ns, [r["naive"] for r in gc_sweep], 2)
-forms = {"naive": lambda n: np.polyval(naive_fit, n),
-         "gradient caching": lambda n, f=loss_fit(None): max(chunk_kept, np.polyval(f, n)),
-         "gradient caching + tiled": lambda n, f=loss_fit(cfg.gc_tile): max(chunk_kept, np.polyval(f, n))}
+def loss_held(n, tile):
+    """The loss's kept bytes (fitted) plus its backward transients, for a batch of n images."""
+    transient = (2 * (2 * n) ** 2 * 4 if tile is None else 2 * tile * 2 * n * 4 + 3 * 2 * n * z_bytes)
+    return np.polyval(loss_fits[tile], n) + transient
+
+
+def naive_kept(n):
+    """The naive step's kept-for-backward: the encoder's per view, plus the plain loss's (fitted)."""
+    return 2 * n * per_view + np.polyval(loss_fits[None], n)
+
+
+forms = {"naive": lambda n: 2 * n * per_view + loss_held(n, None),
+         "gradient caching": lambda n: 2 * n * (view_bytes + 2 * z_bytes) + max(chunk_kept, loss_held(n, None)),
+         "gradient caching + tiled": lambda n: 2 * n * (view_bytes + 2 * z_bytes) + max(chunk_kept, loss_held(n, cfg.gc_tile))}
+naive_form_error = max(abs(naive_kept(r["N"]) - r["naive"]) / r["naive"] for r in gc_sweep)
 budget = cfg.gc_budget_mb * 1e6
-grid = [cfg.gc_chunk * m for m in range(1, 2**20 // cfg.gc_chunk + 1)]
+grid = range(cfg.gc_chunk, 4 * n_top + 1, cfg.gc_chunk)
 largest = {m: max([n for n in grid if form(n) <= budget], default=0) for m, form in forms.items()}
-show_table([{"method": m, f"largest N under {cfg.gc_budget_mb} MB": n} for m, n in largest.items()])
-print(f"gradient caching + tiled fits {largest['gradient caching + tiled'] / largest['naive']:.0f}x the "
-      f"naive batch under {cfg.gc_budget_mb} MB (searched up to N = {grid[-1]})")
+show_table([{"method": m, f"largest N under {cfg.gc_budget_mb} MB": n,
+             "held at that N (MB)": form(n) / 1e6 if n else None} for (m, n), form in zip(largest.items(), forms.values())])
+caching_gain = largest["gradient caching"] / max(largest["naive"], 1)
+tiling_gain = largest["gradient caching + tiled"] / max(largest["gradient caching"], 1)
+print(f"under {cfg.gc_budget_mb} MB: gradient caching fits {caching_gain:.1f}x the naive batch, and tiling "
+      f"{tiling_gain:.1f}x more again (searched up to N = {grid[-1]}, 4x the largest measured step); "
+      f"the naive form misses the measured steps by {100 * naive_form_error:.1f}% at most")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-assert largest["naive"] < largest["gradient caching"] <= largest["gradient caching + tiled"]
+assert naive_form_error < 0.02, "the naive form reproduces the measured naive steps"
+assert 0 < largest["naive"] and largest["gradient caching + tiled"] < grid[-1], "every answer inside the search"
+assert caching_gain > 2 and tiling_gain > 2, "each method more than doubles the batch that fits"
 
 # %% [markdown]
+# Each method more than doubles the batch that fits under the same budget (both factors printed,
+# asserted > 2). The numbers are for this small encoder at 16 px, whose saved tensors per view are
+# small next to a large model's; the shape of the answer — caching removes the encoder's N, tiling
+# then removes the loss's N² — is what carries over.
+#
 # **The boundary.**
 # - The extra forward pass: gradient caching's FLOPs are the naive step's plus one more forward of
 #   the encoder (asserted within 5% above). Accumulation is cheaper when fewer candidates are acceptable; MoCo is
 #   cheaper still when the candidates may be old: its K keys cost K·d numbers and no encoder pass
 #   at all this step, whereas gradient caching still encodes all 2N views, twice.
-# - BatchNorm: each chunk is normalised with its own statistics (both views of its images, the
-#   composition of a smaller SimCLR batch), so with BN the update is that of the chunked statistics,
-#   not of one 2N-view batch. The kit undoes pass 1's running-statistics updates, so they move once
-#   per chunk. Exactness, as asserted above, needs an encoder without batch-dependent layers (or
-#   frozen BN, or per-sample normalisation such as LayerNorm/GroupNorm).
+# - BatchNorm makes gradient caching inexact, and worse, leaky. Each chunk is normalised with its
+#   own statistics, computed over both views of its images: the update is that of the chunked
+#   statistics, not of one 2N-view batch, and a positive pair now shares its chunk's statistics
+#   while most of its negatives come from other chunks — the per-device BatchNorm leak of data
+#   parallel SimCLR (next boundary), recreated on one device. The kit undoes pass 1's
+#   running-statistics updates, so they move once per chunk. Exactness (asserted above) needs an
+#   encoder without batch-dependent layers; the remedies are those of the leak: frozen BN, a
+#   per-sample normalisation (LayerNorm, GroupNorm), or chunks whose membership is shuffled so a
+#   positive pair does not share one.
 # - With data parallel, each rank caches its own chunks and the loss gathers every rank's
 #   embeddings: the update equals one large batch on one process (tested on 2 gloo ranks in
 #   `tests/test_gradient_cache.py`).
@@ -767,21 +864,25 @@ assert largest["naive"] < largest["gradient caching"] <= largest["gradient cachi
 #   saved tensors.
 # - Gradient accumulation is exact only for a per-sample loss on a model without batch-dependent
 #   layers. A contrastive loss loses candidates; a BatchNorm model changes its normalisation
-#   statistics even under a supervised loss (measured above). Gathering embeddings across devices
-#   (`extra_negatives`, lesson 07) restores the candidates without the memory.
+#   statistics even under a supervised loss (measured above). With several devices, gathering the
+#   other devices' embeddings (`extra_negatives`, lesson 07) restores the candidates without their
+#   activations; on one device, gradient caching (above) is the way to keep every candidate.
 # - "More candidates make a better representation" is the paper's result (Chen et al. 2020,
 #   Fig. 9), cited, not reproduced: a batch-size comparison at this budget would need many more
 #   steps than fit in a few CPU minutes.
 # - Probe accuracies from a few CPU minutes say which mechanism is at work, not how good SimCLR
 #   is; a claim about representation quality needs the gpu-scale run. The temperature and colour
-#   experiments compare arms after `ablation_steps` steps, one seed each.
-# - BatchNorm and the positive pair: here both views of the whole batch go through the encoder as
-#   one batch of 2N, so BatchNorm normalises every view with the same statistics, and those
-#   statistics tell an anchor nothing about which candidate is its partner: no leak. The leak
+#   experiments compare arms after `ablation_steps` steps, one seed each; only the random-init
+#   baseline is measured over several seeds.
+# - BatchNorm and the positive pair: in the plain step both views of the whole batch go through
+#   the encoder as one batch of 2N, so BatchNorm normalises every view with the same statistics,
+#   and those statistics tell an anchor nothing about which candidate is its partner: no leak
+#   (gradient caching's chunks bring it back, as said above). The leak
 #   appears with several devices and per-device BatchNorm: a positive pair then shares its
 #   device's statistics while most negatives come from other devices, and the network can match
 #   views by those statistics. SimCLR's answer is global BatchNorm (statistics aggregated over all
 #   devices); MoCo's is shuffle-BN (lesson 03).
+
 
 # %% [markdown]
 # ## Exercises
@@ -887,7 +988,8 @@ assert abs(candidates_and_init_loss(32, 2)[1] - _micro) < 0.05
 # **Exercise 3 — predict, then measure.** A gradient-caching step with chunks of `chunk` images:
 # the encoder keeps `per_view_bytes` for each view it back-propagates, and the loss alone on the
 # whole batch's embeddings keeps `loss_bytes`. Before looking at the ledger, write the bytes the
-# step keeps for backward (its peak). The test measures a real step of this lesson's encoder.
+# step keeps for backward (its peak). The test compares it with real steps of this lesson's encoder
+# from the sweep above, at a small N and at the largest, where the loss sets the peak.
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -905,18 +1007,16 @@ def gc_kept_bytes(per_view_bytes, chunk, loss_bytes):
 # # BEGIN TESTS
 
 # %%
-def _check_gc_prediction(n):
-    naive_model, _, naive_step = gc_step("naive", n)
-    naive_kept = measure(lambda: naive_step((train.images[:n], None)), model=naive_model).activation_bytes
-    loss_bytes = loss_alone_kept(n, None)
-    per_view = (naive_kept - loss_bytes) / (2 * n)            # the encoder's share, per view
-    model, _, step = gc_step("gradient caching", n)
-    kept = measure(lambda: step((train.images[:n], None)), model=model).activation_bytes
-    predicted = gc_kept_bytes(per_view, cfg.gc_chunk, loss_bytes)
-    assert abs(predicted - kept) <= 0.02 * kept, f"predicted {predicted:.0f} B, measured {kept} B"
+def _check_gc_prediction(row):
+    """row: one N of the memory sweep above (steps measured by the ledger)."""
+    per_view_bytes = (row["naive"] - row["loss alone"]) / (2 * row["N"])   # the encoder's share, per view
+    predicted = gc_kept_bytes(per_view_bytes, cfg.gc_chunk, row["loss alone"])
+    kept = row["gradient caching"]
+    assert abs(predicted - kept) <= 0.02 * kept, f"N={row['N']}: predicted {predicted:.0f} B, measured {kept} B"
 
 
-_check_gc_prediction(cfg.gc_sweep[0])
+_check_gc_prediction(gc_sweep[0])     # small N: one chunk sets the peak
+_check_gc_prediction(gc_sweep[-1])    # largest N: the loss's N² logits set it
 
 # %%
 """ # BEGIN TEST CONFIG
@@ -938,16 +1038,23 @@ assert gc_kept_bytes(1000, 4, 5000) == 8000 and gc_kept_bytes(1000, 4, 9000) == 
 headline(
     activation_kb_per_image=per_image[-1],
     accumulation_activation_ratio=activation_ratio,
-    accumulation_loss_gap=one["loss"] - acc["loss"],
+    accumulation_loss_gap=accumulation_loss_gap,
+    accumulation_update_share=gap_accumulated / update_size,
     bn_accumulation_gradient_gap=bn_train_gap,
     start_loss=start_loss,
     probe_random_init=random_probe["linear"],
+    probe_random_init_seed_spread=random_probe_spread,
     probe_simclr=trained_probe["linear"],
     probe_gain=probe_gain,
-    temperature_probe_gap=temperature_probe_gap,
+    **({} if temperature_probe_gap is None else {"temperature_probe_gap": temperature_probe_gap}),
     colour_shortcut_loss_gap=shortcut_loss_gap,
     colour_r2_random_init=random_colour_r2,
     colour_r2_jitter=with_c["colour R²"],
     colour_r2_no_colour=without_c["colour R²"],
     probe_no_colour=without_c["linear"],
+    colour_probe_gap=colour_probe_gap,
+    gc_largest_n_naive=largest["naive"],
+    gc_largest_n_caching=largest["gradient caching"],
+    gc_largest_n_caching_tiled=largest["gradient caching + tiled"],
+    cpu_seconds=time.process_time(),
 )

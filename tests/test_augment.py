@@ -141,6 +141,21 @@ def test_simclr_color_flag_controls_colour():
     assert changed.float().mean() > 0.6, "with color=True about 80% of the views should change colour"
 
 
+def test_simclr_view_is_colour_after_geometry(batch):
+    """A view is colour(geometry(x)): the colour-free recipe gives the geometric half, and the
+    colour half moves no pixel (a per-pixel map of the geometric view)."""
+    aug = A.SimCLRAugment(16, rotate=True, blur=False)
+    g = gen(4)
+    geometric = aug.geometry(batch, g)
+    view = aug.colour(geometric, g)
+    assert torch.equal(view, aug(batch, gen(4)))
+    assert torch.equal(geometric, A.SimCLRAugment(16, rotate=True, color=False)(batch, gen(4)))
+    # jitter/grayscale act per pixel: pixels equal in the geometric view stay equal in the view
+    flat = geometric[:, :, :1, :1].expand_as(geometric).contiguous()
+    coloured = aug.colour(flat, gen(5))
+    assert torch.equal(coloured, coloured[:, :, :1, :1].expand_as(coloured))
+
+
 def test_two_views_differ_and_are_reproducible(batch):
     aug = A.SimCLRAugment(16)
     v1, v2 = aug.two_views(batch, gen(9))

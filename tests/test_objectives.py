@@ -63,6 +63,32 @@ def test_accumulation_sums_micro_batch_gradients():
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(p1, p4))
 
 
+def test_accumulation_augments_the_batch_once():
+    """With augment=, accumulation draws the batch's views once and splits them, as a data loader
+    would: a per-sample loss then gives the full batch's update, and SimCLR's micro-batches see the
+    very views of the single-batch step (only the candidates differ)."""
+    def run(accumulation):
+        torch.manual_seed(0)
+        model = Supervised(nn.Sequential(nn.Flatten(), nn.Linear(768, 3)))
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        make_step(model, opt, augment=AUGMENT, generator=torch.Generator().manual_seed(2),
+                  accumulation=accumulation)((IMAGES, LABELS))
+        return [p.detach() for p in model.parameters()]
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(run(1), run(4)))
+
+    seen = {}
+    def recording(images, generator):
+        view = AUGMENT(images, generator)
+        seen.setdefault(key, []).append(view)
+        return view
+    for key in (1, 4):
+        model = _objective("SimCLR")
+        make_step(model, torch.optim.SGD(model.parameters(), lr=0.0), augment=recording,
+                  generator=torch.Generator().manual_seed(2), accumulation=key)(IMAGES)
+    assert len(seen[1]) == len(seen[4]) == 2, "each view is drawn once, whatever the micro-batching"
+    assert all(torch.equal(a, b) for a, b in zip(seen[1], seen[4]))
+
+
 def test_accumulation_is_not_exact_with_batchnorm_in_train_mode():
     """BatchNorm normalises with each micro-batch's statistics: even a supervised loss changes.
     In eval mode (running statistics) every sample is processed on its own and it is exact."""

@@ -51,6 +51,7 @@ class SimCLRAugment:
     rotate=True adds a random multiple of 90° after the flip (off by default: not in the paper;
     the lessons turn it on for "shapes", whose shapes are drawn at random rotations).
     On one-channel input only brightness and contrast are jittered and grayscale is skipped.
+    ``geometry(x, g)`` and ``colour(y, g)`` are the two halves (a view is colour(geometry(x))).
     x: B×C×H×W in [0, 1] -> B×C×image_size×image_size in [0, 1].
     """
 
@@ -74,15 +75,27 @@ class SimCLRAugment:
                 f"grayscale={self.grayscale}, flip={self.flip}, rotate={self.rotate})")
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        return self.colour(self.geometry(x, generator), generator)
+
+    def geometry(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The spatial part of the recipe: crop, flip [, quarter turn]. B×C×H×W -> B×C×S×S.
+        Its draws come first, so ``colour(geometry(x, g), g)`` is ``self(x, g)``, bit for bit."""
         check_batch(x)
         check_rgb_or_gray(x, "SimCLRAugment")
-        rgb = x.shape[1] == 3
-        s = self.color_strength
         y = random_resized_crop(x, self.image_size, scale=self.crop_scale, generator=generator)
         if self.flip:
             y = horizontal_flip(y, 0.5, generator=generator)
         if self.rotate:
             y = random_rot90(y, generator=generator)
+        return y
+
+    def colour(self, y: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The per-pixel part: colour jitter, grayscale [, blur], as configured (a no-op with
+        color=False and no blur). Moves no pixel, so the geometry of y is kept."""
+        check_batch(y)
+        check_rgb_or_gray(y, "SimCLRAugment")
+        rgb = y.shape[1] == 3
+        s = self.color_strength
         if self.color:
             y = color_jitter(y, 0.8 * s, 0.8 * s, 0.8 * s if rgb else 0.0,
                              min(0.5, 0.2 * s) if rgb else 0.0, p=0.8, generator=generator)

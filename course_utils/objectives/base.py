@@ -15,6 +15,7 @@ view; the objective decides how many views it needs. ``make_step`` turns any obj
 from __future__ import annotations
 
 import contextlib
+import itertools
 from typing import NamedTuple
 
 import torch
@@ -66,6 +67,34 @@ class Objective(nn.Module):
         return {"encoder images": self.encoder}
 
 
+class _BatchViews:
+    """``augment`` applied to the whole batch, served to its micro-batches.
+
+    The objective calls ``augment(micro_images, generator)`` once per view it needs; the i-th call
+    of micro-batch m returns part m of the whole batch's i-th view (B×... split into ``parts``),
+    drawn on the first micro-batch that asks for it, so every view is drawn once, from the
+    generator state a single-batch step would draw it from.
+    """
+
+    def __init__(self, augment, images: torch.Tensor, parts: int):
+        self.augment, self.images, self.parts = augment, images, parts
+        self.views: list[tuple[torch.Tensor, ...]] = []
+
+    def of_part(self, part: int):
+        calls = itertools.count()
+
+        def view(micro_images: torch.Tensor, generator=None) -> torch.Tensor:
+            i = next(calls)
+            if i == len(self.views):
+                self.views.append(self.augment(self.images, generator).chunk(self.parts))
+            piece = self.views[i][part]
+            if piece.shape[0] != micro_images.shape[0]:
+                raise RuntimeError(f"micro-batch {part} has {micro_images.shape[0]} images but its "
+                                   f"part of the batch's view has {piece.shape[0]}")
+            return piece
+        return view
+
+
 def make_step(model: Objective, optimizer: torch.optim.Optimizer, *, augment=None,
               generator: torch.Generator | None = None, accumulation: int = 1, chunks: int = 1,
               autocast: torch.dtype | None = None, scheduler=None):
@@ -74,7 +103,10 @@ def make_step(model: Objective, optimizer: torch.optim.Optimizer, *, augment=Non
     accumulation=k splits the batch into k micro-batches whose gradients are summed (each scaled
     by 1/k) before one update: the same images are back-propagated, but a contrastive anchor sees
     only the candidates of its own micro-batch, and MoCo updates its key encoder and queue once
-    per micro-batch. chunks=k (SimCLR only) is gradient caching instead: the whole batch's loss,
+    per micro-batch. The views are drawn once for the whole batch (``augment`` sees the B images,
+    as a data loader would), and micro-batch m gets rows m·B/k..(m+1)·B/k of each view: with or
+    without accumulation the same views go through the model, so the arms differ in the
+    micro-batching alone. chunks=k (SimCLR only) is gradient caching instead: the whole batch's loss,
     every candidate kept, with the encoder back-propagated k chunks at a time
     (``gradient_cache``). autocast (torch.bfloat16 or torch.float16) runs forward under
     ``torch.autocast``; float16 adds a GradScaler (fp16 gradients underflow without one).
@@ -102,7 +134,7 @@ def make_step(model: Objective, optimizer: torch.optim.Optimizer, *, augment=Non
             return contextlib.nullcontext()
         return torch.autocast(device_type, dtype=autocast)
 
-    def backward(micro) -> torch.Tensor:
+    def backward(micro, augment) -> torch.Tensor:
         if chunks > 1:
             if augment is None:
                 raise ValueError("gradient caching needs augment= to make two views of each image")
@@ -116,9 +148,11 @@ def make_step(model: Objective, optimizer: torch.optim.Optimizer, *, augment=Non
     def step(batch) -> dict:
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for micro in as_batch(batch).chunk(accumulation):
+        batch = as_batch(batch)
+        views = _BatchViews(augment, batch.images, accumulation) if augment is not None and accumulation > 1 else None
+        for part, micro in enumerate(batch.chunk(accumulation)):
             with forward_context():
-                total += backward(micro)
+                total += backward(micro, views.of_part(part) if views else augment)
         if scaler:
             scaler.step(optimizer)
             scaler.update()

@@ -22,6 +22,8 @@ SCALE = os.environ.get("COURSE_SCALE", "default")
 
 # %%
 import math
+import time
+from copy import deepcopy
 
 import matplotlib.pyplot as plt
 import torch
@@ -29,7 +31,7 @@ import torch.nn.functional as F
 
 from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
-from course_utils.evaluate import extract_features, probe_encoder
+from course_utils.evaluate import extract_features, knn_accuracy, linear_probe
 from course_utils.ledger import measure
 from course_utils.models import ProjectionHead, SmallResNet
 from course_utils.objectives import SimCLR, Supervised, make_step
@@ -39,36 +41,42 @@ from course_utils.report import headline, show_table
 from course_utils.runtime import setup
 from course_utils.scales import config
 from course_utils.train import TrainState, fit
+from tqdm.auto import tqdm
 
 cfg = config(
     SCALE,
     ci=dict(image_size=16, width=8, blocks=(1, 1, 1),
             batch=32, steps=4, ablation_steps=2, lr=2e-3, temperature=0.2, temperatures=(0.2, 1.0),
             crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, accumulation=4,
-            min_probe_gain=None, min_shortcut_loss_gap=None, colour_probe_below_random=None,
+            seeds=2, calibration_images=64,
+            min_probe_gain=None, min_shortcut_loss_gap=None, colour_probe_gap_over_spread=None,
             temperature_probe_gap=None,
-            ledger_batches=[8, 16, 32], gc_batch=16, gc_chunk=4, gc_tile=8, gc_sweep=[8, 16, 32],
-            gc_budget_mb=16, train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
+            ledger_batches=[8, 16, 32], gc_batch=16, gc_chunk=4, gc_tile=8, gc_sweep=[8, 32, 256],
+            gc_budget_mb=8, train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
+    # default: three SimCLR runs of 200 steps fit the 4-minute budget on 2 cores (main run, the
+    # no-colour arm and the random-init seeds); the second temperature is trained at ci and gpu only
     default=dict(image_size=16, width=16, blocks=(1, 1, 1),
-                 batch=128, steps=600, ablation_steps=200, lr=2e-3,
+                 batch=128, steps=200, ablation_steps=200, lr=2e-3,
                  temperature=0.2,                  # the main run's T (lesson 05 keeps its own; see there)
-                 temperatures=(0.2, 1.0),          # the temperature experiment: same run, T changed
+                 temperatures=(0.2,),              # the temperature experiment: same run, T changed
                  crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, accumulation=4,
-                 min_probe_gain=0.15,              # thresholds the default run is asserted against
-                 min_shortcut_loss_gap=1.0, colour_probe_below_random=True,
+                 seeds=3, calibration_images=2048,
+                 min_probe_gain=0.05,              # thresholds the default run is asserted against
+                 min_shortcut_loss_gap=1.0, colour_probe_gap_over_spread=True,
                  temperature_probe_gap=None,      # no claim at this budget: see the temperature experiment
                  ledger_batches=[16, 32, 64, 128], gc_batch=128, gc_chunk=16, gc_tile=64,
-                 gc_sweep=[32, 64, 128, 256], gc_budget_mb=256,
+                 gc_sweep=[64, 256, 1024], gc_budget_mb=32,
                  train_limit=5000, probe_train=2000, probe_test=1000,
                  dataset="shapes"),
     gpu=dict(image_size=32, width=64, blocks=(2, 2, 2, 2),  # CIFAR ResNet-18
              batch=512, steps=3000, ablation_steps=1000, lr=2e-3,
              temperature=0.2, temperatures=(0.2, 1.0),
              crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False, accumulation=4,
-             min_probe_gain=0.15, min_shortcut_loss_gap=None, colour_probe_below_random=None,
+             seeds=3, calibration_images=10000,
+             min_probe_gain=0.15, min_shortcut_loss_gap=None, colour_probe_gap_over_spread=None,
              temperature_probe_gap=None,
              ledger_batches=[64, 128, 256, 512], gc_batch=512, gc_chunk=64, gc_tile=256,
-             gc_sweep=[128, 256, 512, 1024], gc_budget_mb=4096,
+             gc_sweep=[256, 1024, 4096], gc_budget_mb=1024,
              train_limit=None, probe_train=10000, probe_test=10000,
              dataset="cifar10"),
 )
@@ -78,26 +86,30 @@ train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=dev
 test = load_dataset(cfg.dataset, "test", image_size=cfg.image_size, device=device,
                     download=SCALE == "gpu", limit=cfg.probe_test)
 probe_train = train.subset(cfg.probe_train, seed=1)
-# On 16-px "shapes" small crops cut the shape away, and colour and orientation are pure nuisances
-# (random per image), so: larger crops, stronger colour jitter, random quarter turns.
+# The recipe per scale is in cfg (printed below); on "shapes", colour and orientation are random
+# per image, so the default scale adds quarter turns and keeps crops large (not ablated here).
 augment = SimCLRAugment(cfg.image_size, crop_scale=cfg.crop_scale, color_strength=cfg.color_strength,
                         rotate=cfg.rotate)
 print(train, test, sep="\n")
 
 
+EMBED_DIM = 64                          # the projection head's output d
+
+
 def build_simclr(width=cfg.width, temperature=cfg.temperature, seed=cfg.seed, tile=None):
     torch.manual_seed(seed)
     backbone = SmallResNet(width=width, blocks=cfg.blocks)
-    return SimCLR(backbone, ProjectionHead(backbone.feature_dim, 128, 64), temperature, tile=tile).to(device)
+    return SimCLR(backbone, ProjectionHead(backbone.feature_dim, 128, EMBED_DIM), temperature, tile=tile).to(device)
 
 # %% [markdown]
 # ## The problem
 #
 # Contrastive learning needs things to compare against: an anchor view must pick its partner out
 # of many candidates. In SimCLR the candidates *are* the other images of the batch. Every one of
-# them is augmented twice, encoded, and — because the loss couples all of them — every view's
-# forward state stays alive until the single backward pass. More candidates therefore means more
-# **kept for backward**. Why want more candidates at all? Chen et al. (2020, *A Simple Framework
+# them is augmented twice, encoded, and — because the loss couples all of them — in the plain
+# implementation every view's forward state stays alive until the single backward pass. More
+# candidates therefore means more **kept for backward** (gradient caching, at the end of this
+# notebook, is the implementation that breaks this link). Why want more candidates at all? Chen et al. (2020, *A Simple Framework
 # for Contrastive Learning of Visual Representations*, Fig. 9) report that larger batches give a
 # better linear probe on ImageNet, with the advantage shrinking as training gets longer. That is
 # the paper's result, cited here: this notebook's CPU budget is far too small to reproduce it, and
@@ -131,19 +143,26 @@ z = F.normalize(torch.cat([z1, z2]), dim=1)
 sims = z @ z.T                                     # 6×6 cosine similarities
 others = [j for j in range(6) if j != 0]           # anchor 0: every row but itself
 row0 = -(sims[0, 3] / T - torch.logsumexp(sims[0, others] / T, dim=0))
+# the same row as cross-entropy over masked logits (what the kit does for all rows at once)
+masked = (sims / T).masked_fill(torch.eye(6, dtype=torch.bool), float("-inf"))
+per_anchor = F.cross_entropy(masked, torch.tensor([3, 4, 5, 0, 1, 2]), reduction="none")
 print("similarities of anchor 0:", [round(v, 3) for v in sims[0].tolist()])
-print(f"loss of anchor 0 by hand: {row0:.4f}")
+print(f"loss of anchor 0 by hand: {row0:.4f}   as row 0 of the masked cross-entropy: {per_anchor[0]:.4f}")
 print(f"mean over the 6 anchors, kit: {nt_xent_loss(z1, z2, T):.4f}   textbook loop: {nt_xent_loss_naive(z1, z2, T):.4f}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
+assert torch.isclose(row0, per_anchor[0], atol=1e-6), "the hand-computed row is row 0 of the cross-entropy"
+assert torch.allclose(nt_xent_loss(z1, z2, T), per_anchor.mean(), atol=1e-6)
 assert torch.allclose(nt_xent_loss(z1, z2, T), nt_xent_loss_naive(z1, z2, T), atol=1e-6)
 
 # %% [markdown]
-# Two augmented views of real images (the embedded "shapes" data: a shape of one of 8 classes,
-# random colours and stripes):
+# Two augmented views of real images (the dataset and the augmentation recipe are printed: at
+# default scale the embedded "shapes" data, a shape of one of several classes drawn with random
+# colours and stripes):
 
 # %%
+print(f"{train.name}: {len(train.classes)} classes, {cfg.image_size} px; views: {augment}")
 view1, view2 = augment.two_views(train.images[:8], torch.Generator().manual_seed(0))
 show_images(torch.cat([train.images[:8], view1, view2]).cpu(), nrow=8,
             title="rows: image / view 1 / view 2")
@@ -182,13 +201,17 @@ for r in exact_rows:
     assert min(abs(r["log(2N)"] - r["log(2N-1)"]), abs(r["log(2N-2)"] - r["log(2N-1)"])) > 1e-4, r
 
 # %% [markdown]
-# A real encoder at random initialisation does not start at this chance level: its projections of
-# different images are far from orthogonal. The actual starting loss of the training run is
-# reported below, next to log(2N−1).
+# A real encoder at random initialisation need not start at this chance level. What matters is
+# not how large the similarities are but how they spread: a row whose 2N−1 similarities are all
+# equal gives exactly log(2N−1), whatever their value. By Jensen's inequality (logsumexp of 2N−1
+# numbers ≥ log(2N−1) + their mean), ℓ_i ≥ log(2N−1) + (mean_{j≠i} s_ij − s_{i,p(i)})/T: the spread
+# of the candidates pushes the loss above chance, and a positive more similar than the average
+# candidate can pull it below. The actual start of the training run is reported below.
 #
-# **Activation bytes grow linearly with N; resident bytes do not.** One SimCLR step measured by
-# the ledger for several batch sizes. Both views (2N images) go through the encoder, and all their
-# saved tensors are alive until backward.
+# **Activation bytes grow linearly with N.** One SimCLR step measured by the ledger for several
+# batch sizes. Both views (2N images) go through the encoder, and all their saved tensors are
+# alive until backward. The resident line (parameters, gradients, Adam's state) is drawn for scale;
+# it is the same model at every N, so its being flat is an identity, not a finding.
 
 # %%
 ledger_rows = []
@@ -203,10 +226,11 @@ for n in cfg.ledger_batches:
                         "activation MB": rec.activation_bytes / 1e6,
                         "activation KB per image": rec.activation_bytes / n / 1e3,
                         "resident MB": rec.resident_bytes / 1e6, "GFLOPs": rec.flops / 1e9})
+# resident = parameters + gradients + Adam's two moments: the same model at every N, by construction
 show_table(ledger_rows)
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.plot([r["N"] for r in ledger_rows], [r["activation MB"] for r in ledger_rows], "o-", label="kept for backward")
-ax.plot([r["N"] for r in ledger_rows], [r["resident MB"] for r in ledger_rows], "s-", label="resident state")
+ax.plot([r["N"] for r in ledger_rows], [r["resident MB"] for r in ledger_rows], "s-", label="resident state (fixed by the model)")
 ax.set_xlabel("batch N (images; 2N views)"); ax.set_ylabel("MB"); ax.legend(); plt.show()
 
 # %%
@@ -214,14 +238,18 @@ ax.set_xlabel("batch N (images; 2N views)"); ax.set_ylabel("MB"); ax.legend(); p
 per_image = [r["activation KB per image"] for r in ledger_rows]
 assert all(r["views encoded"] == 2 * r["N"] for r in ledger_rows)
 assert max(per_image) / min(per_image) < 1.1, "activation bytes should be ∝ N (both views kept)"
-assert len({round(r["resident MB"], 9) for r in ledger_rows}) == 1, "resident state must not depend on N"
+assert len({round(r["resident MB"], 9) for r in ledger_rows}) == 1, "identity: one model, one resident state"
 
 # %% [markdown]
 # **Gradient accumulation is not a bigger batch.** Split the same N images into k micro-batches of
 # N/k, back-propagate each and sum the gradients: only one micro-batch's forward state is alive at
 # a time, so the *activation* line should shrink by k, but every anchor now sees only 2N/k − 1
-# candidates, so the objective itself changes. Measured on the same images and the same
-# random-init encoder:
+# candidates, so the objective itself changes. Measured on the same images, the same views (the
+# kit's `make_step` draws the batch's two views once and then splits them, as a data loader
+# would) and the same random-init encoder. The micro-batches also change BatchNorm's batch
+# statistics (the next experiment isolates that); at random init the loss sits near
+# log(candidates), so if the candidates are what changes the loss, the gap between the two losses
+# should be close to log((2N−1)/(2N/k−1)):
 
 # %%
 n, k = cfg.batch, cfg.accumulation
@@ -232,24 +260,29 @@ for micro in (1, k):
     step = make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0), accumulation=micro)
     out = {}
     rec = measure(lambda: out.update(step((train.images[:n], None))), model=model, optimizer=opt)
-    acc_rows.append({"micro-batches": micro, "candidates per anchor": 2 * n // micro - 1,
+    acc_rows.append({"micro-batches": micro, "candidates per anchor (computed)": 2 * n // micro - 1,
                      "loss": float(out["loss"]), "log(candidates)": math.log(2 * n // micro - 1),
                      "activation MB (peak)": rec.activation_bytes / 1e6})
 show_table(acc_rows)
 one, acc = acc_rows
 activation_ratio = one["activation MB (peak)"] / acc["activation MB (peak)"]
+accumulation_loss_gap = one["loss"] - acc["loss"]
+log_candidate_ratio = math.log((2 * n - 1) / (2 * n // k - 1))
 print(f"activation line: {activation_ratio:.2f}x smaller with k = {k} micro-batches; "
-      f"loss {one['loss']:.3f} -> {acc['loss']:.3f} ({one['loss'] - acc['loss']:.3f} lower)")
+      f"loss {one['loss']:.3f} -> {acc['loss']:.3f} ({accumulation_loss_gap:.3f} lower; "
+      f"log((2N-1)/(2N/k-1)) = {log_candidate_ratio:.3f})")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-assert one["loss"] - acc["loss"] > 0.5, "fewer candidates per anchor: an easier, different objective"
+assert abs(accumulation_loss_gap - log_candidate_ratio) < 0.1 * log_candidate_ratio, \
+    "fewer candidates per anchor: the loss drops by about log of the candidate ratio"
 assert 0.9 * k <= activation_ratio <= 1.1 * k, f"activation line should shrink by k = {k}, got {activation_ratio:.2f}x"
 
 # %% [markdown]
-# The reader should take this away: *more candidates is not the same as more back-propagated
-# images*. Accumulation back-propagates the same images with less memory, but the negatives
-# are gone. Getting candidates without paying for them in activations is what MoCo (03) does.
+# The loss fell by log((2N−1)/(2N/k−1)) to within 10% (asserted), and the activation line by k to
+# within 10% (asserted). The reader should take this away: *more candidates is not the same as
+# more back-propagated images*. Accumulation back-propagates the same images with less memory, but
+# the negatives are gone. Getting candidates without paying for them in activations is what MoCo (03) does.
 #
 # **Accumulation is not exact for a supervised loss either, when the model has BatchNorm.** It is
 # often said that accumulation is exact for per-sample losses such as cross-entropy. That is true
@@ -286,17 +319,31 @@ assert bn_train_gap > 100 * max(bn_eval_gap, 1e-7), "with batch statistics the a
 # ### Experiment: train, then probe against the same encoder at random init
 #
 # A linear probe (logistic regression on frozen features) of the backbone's features, after a
-# short SimCLR run, against the identical architecture at initialisation. The run is paused at
-# step `ablation_steps` to take a snapshot (probe and colour content of the features) that the two
+# short SimCLR run, against the identical architecture at initialisation. Features are extracted
+# in eval mode, where BatchNorm uses its running statistics; a freshly built encoder's are (0, 1),
+# which would make it a different function from any trained encoder (whose running statistics
+# have tracked its data). So the random-init baseline first gets its running statistics measured
+# on `calibration_images` training images (`torch.optim.swa_utils.update_bn`: a forward pass in
+# train mode, no gradient, cumulative averages), and is probed with `seeds` different
+# initialisations to show how much the baseline itself moves. The run is paused at step
+# `ablation_steps` (at default scale that is the whole run, to fit the CPU budget) to take a snapshot (probe and colour content of the features) that the two
 # ablations below are compared with: those arms train exactly as this run's first
 # `ablation_steps` steps did, with one thing changed.
 
 # %%
-def colour_r2(encoder):
-    """How well a linear map of the features predicts each image's mean RGB colour (test R²)."""
+def probes(encoder):
+    """Linear and kNN shape probes and colour R², from one extraction of the frozen features."""
+    ftr, fte = extract_features(encoder, probe_train.images), extract_features(encoder, test.images)
+    ytr, yte = probe_train.labels.cpu(), test.labels.cpu()
+    return {"linear": linear_probe(ftr, ytr, fte, yte), "knn": knn_accuracy(ftr, ytr, fte, yte),
+            "colour R²": colour_r2(ftr, fte)}
+
+
+def colour_r2(ftr, fte):
+    """How well a ridge-regularised linear map of the features predicts each image's mean RGB
+    colour: test R² (1 − residual / total variance, summed over the 3 channels)."""
     def mean_rgb(ds):
         return ds.images.mean(dim=(2, 3)).cpu()
-    ftr, fte = extract_features(encoder, probe_train.images), extract_features(encoder, test.images)
     mu, sd = ftr.mean(0), ftr.std(0).clamp_min(1e-6)
     xtr = torch.cat([(ftr - mu) / sd, torch.ones(len(ftr), 1)], 1)
     xte = torch.cat([(fte - mu) / sd, torch.ones(len(fte), 1)], 1)
@@ -320,22 +367,36 @@ def simclr_run(model, augmentation):
 
 
 def snapshot(model, history_loss):
-    """Probe, colour R² and the loss averaged over the last 3 steps."""
+    """Probes, colour R² and the loss averaged over the last 3 steps."""
     tail = history_loss[-3:]
-    return {**probe_encoder(model.encoder, probe_train, test), "colour R²": colour_r2(model.encoder),
-            "loss (last 3 steps)": sum(tail) / len(tail)}
+    return {**probes(model.encoder), "loss (last 3 steps)": sum(tail) / len(tail)}
 
+
+def calibrated_copy(encoder):
+    """A copy of encoder whose BatchNorm running statistics are measured on training images."""
+    copy = deepcopy(encoder)
+    torch.optim.swa_utils.update_bn(train.images[:cfg.calibration_images].split(256), copy)
+    return copy
+
+
+random_rows = []
+for seed in range(cfg.seed, cfg.seed + cfg.seeds):
+    encoder = calibrated_copy(build_simclr(seed=seed).encoder)
+    random_rows.append({"seed": seed, **probes(encoder)})
+show_table(random_rows)
+random_probe = {m: sum(r[m] for r in random_rows) / len(random_rows) for m in ("linear", "knn")}
+random_colour_r2 = sum(r["colour R²"] for r in random_rows) / len(random_rows)
+random_probe_spread = max(r["linear"] for r in random_rows) - min(r["linear"] for r in random_rows)
+random_r2_spread = max(r["colour R²"] for r in random_rows) - min(r["colour R²"] for r in random_rows)
 
 model = build_simclr()
-random_probe = probe_encoder(model.encoder, probe_train, test)
-random_colour_r2 = colour_r2(model.encoder)
 main_run = simclr_run(model, augment)
 at_ablation = snapshot(model, main_run(cfg.ablation_steps).history.series("loss"))
 history = main_run(cfg.steps).history
-trained_probe = probe_encoder(model.encoder, probe_train, test)
-show_table([{"encoder": "random init", **random_probe},
+trained_probe = at_ablation if cfg.steps == cfg.ablation_steps else probes(model.encoder)   # same encoder: probe once
+show_table([{"encoder": f"random init (mean of {cfg.seeds} seeds, BN calibrated)", **random_probe},
             {"encoder": f"SimCLR, {cfg.ablation_steps} steps", "linear": at_ablation["linear"], "knn": at_ablation["knn"]},
-            {"encoder": f"SimCLR, {cfg.steps} steps", **trained_probe}])
+            {"encoder": f"SimCLR, {cfg.steps} steps", "linear": trained_probe["linear"], "knn": trained_probe["knn"]}])
 plot_curves({"step": history.series("step"), "NT-Xent": history.series("loss")})
 plt.show()
 
@@ -345,17 +406,22 @@ start_loss = losses[0]                  # the first step's loss is computed befo
 probe_gain = trained_probe["linear"] - random_probe["linear"]
 print(f"starting loss of the random-init encoder on real views: {start_loss:.3f} "
       f"(chance level log(2N-1) = {math.log(2 * cfg.batch - 1):.3f}); after {cfg.steps} steps: {losses[-1]:.3f}")
-print(f"linear probe: {100 * random_probe['linear']:.1f}% at random init -> {100 * trained_probe['linear']:.1f}% "
+print(f"linear probe: {100 * random_probe['linear']:.1f}% at random init (BN calibrated; {cfg.seeds} seeds "
+      f"span {100 * random_probe_spread:.1f} points) -> {100 * trained_probe['linear']:.1f}% "
       f"after {cfg.steps} steps ({100 * probe_gain:+.1f} points)")
 if cfg.min_probe_gain is not None:      # CI trains a few steps: nothing to claim there
+    assert start_loss > math.log(2 * cfg.batch - 1), "at this init the candidates' spread outweighs the positive"
     assert losses[-1] < losses[0], "the contrastive loss must fall"
     assert probe_gain >= cfg.min_probe_gain, \
         f"SimCLR should beat its own random init by >= {100 * cfg.min_probe_gain:.0f} points"
+    assert probe_gain > random_probe_spread, "the gain must exceed how much the baseline moves across seeds"
     assert trained_probe["knn"] > random_probe["knn"], "the kNN probe should agree"
 
 # %% [markdown]
 # The ablations below reuse this run's snapshot at `ablation_steps` as their baseline arm. That is
-# only fair if a fresh run of the same recipe retraces this one exactly; a few steps show it does:
+# only fair if a fresh run of the same recipe retraces this one exactly. The check covers the
+# first 3 steps (bit for bit); the later steps follow from the same seeds, data order and
+# deterministic kernels, which is an argument, not a measurement:
 
 # %%
 replay = simclr_run(build_simclr(), augment)(3).history.series("loss")
@@ -365,19 +431,17 @@ assert replay == losses[:3], "a fresh run of the same recipe must retrace the ma
 # %% [markdown]
 # Read the probe honestly. The assert is the claim this scale backs: on the embedded "shapes"
 # data (v2, whose stripes and noise were toned down so that the shape is the strongest
-# consistent signal at 16 px), a few CPU minutes of SimCLR beat the identical encoder at random
-# init by at least `min_probe_gain` on the linear probe (the gain reached is printed above), and
-# the kNN probe agrees. The augmentation matters as much as the steps: with the paper's small
-# crops (scale 0.2-1) a 16-px crop often cuts the shape away, and the shapes' random colour and
-# rotation are nuisances, so the views here use crops of 60-100%, stronger colour jitter and
-# random quarter turns. The paper trains for hundreds of epochs, and the gpu scale (CIFAR-10,
-# ResNet, thousands of steps) is the run for claims about representation quality.
+# consistent signal at this image size), a few CPU minutes of SimCLR beat the identical encoder at random
+# init (BatchNorm calibrated, averaged over `seeds` initialisations) by at least `min_probe_gain`
+# on the linear probe and by more than the baseline's spread across seeds (both printed above),
+# and the kNN probe agrees. The views use the recipe printed at the top (crop scale, colour
+# strength, quarter turns: chosen for this data, not ablated here except for colour, below). The
+# paper trains for hundreds of epochs, and the gpu scale (CIFAR-10, ResNet, thousands of steps) is
+# the run for claims about representation quality.
 #
-# The random-init encoder does not start at the chance level log(2N−1) of the exact construction:
-# its projections of different images are far from orthogonal and their similarities spread
-# out, and at T = `temperature` a spread alone moves the loss away from log(2N−1) (by Jensen,
-# logsumexp of the candidates' s/T is at least log(2N−1) plus their mean s/T). The real start is
-# printed above next to the chance level; nothing is asserted about it.
+# The start of the run is above the chance level log(2N−1) (asserted at default scale): at this
+# initialisation the spread of each anchor's candidate similarities (Jensen's gap) outweighs how
+# much closer the positive is than the average candidate (the bound in the evidence above).
 
 # %% [markdown]
 # ### Temperature: an identity, then an experiment
@@ -417,10 +481,12 @@ assert shares[-1] >= top / sims.shape[1] - 1e-6, "identity: the top 10% never ge
 # is trained at the temperatures in `cfg.temperatures` with everything else the main run's: same
 # initial weights, AdamW, learning rate, data order, augmentation draws and `ablation_steps`
 # steps (the main run's temperature is read from its snapshot at that step). Then each encoder is
-# probed:
+# probed. At default scale `cfg.temperatures` holds the main run's temperature only: a second
+# run of `ablation_steps` steps does not fit the 4-minute CPU budget, so the other arm is trained at ci scale (the
+# code path) and at gpu scale (the experiment):
 
 # %%
-temperature_rows = [{"T": "random init", "linear": random_probe["linear"], "knn": random_probe["knn"]}]
+temperature_rows = [{"T": "random init (BN calibrated)", "linear": random_probe["linear"], "knn": random_probe["knn"]}]
 for t in cfg.temperatures:
     if t == cfg.temperature:
         snap = at_ablation
@@ -432,9 +498,12 @@ for t in cfg.temperatures:
 show_table(temperature_rows)
 by_t = {r["T"]: r for r in temperature_rows[1:]}
 t_low, t_high = min(cfg.temperatures), max(cfg.temperatures)
-temperature_probe_gap = by_t[t_low]["linear"] - by_t[t_high]["linear"]
-print(f"after {cfg.ablation_steps} steps: linear probe {100 * by_t[t_low]['linear']:.1f}% at T={t_low}, "
-      f"{100 * by_t[t_high]['linear']:.1f}% at T={t_high} ({100 * temperature_probe_gap:+.1f} points)")
+temperature_probe_gap = by_t[t_low]["linear"] - by_t[t_high]["linear"] if t_low != t_high else None
+if temperature_probe_gap is None:
+    print(f"one temperature trained at this scale (T={t_low}): no comparison to make")
+else:
+    print(f"after {cfg.ablation_steps} steps: linear probe {100 * by_t[t_low]['linear']:.1f}% at T={t_low}, "
+          f"{100 * by_t[t_high]['linear']:.1f}% at T={t_high} ({100 * temperature_probe_gap:+.1f} points)")
 
 # %%
 if cfg.temperature_probe_gap is not None:
@@ -442,11 +511,10 @@ if cfg.temperature_probe_gap is not None:
         f"T={t_low} should beat T={t_high} on the probe by > {100 * cfg.temperature_probe_gap:.0f} points"
 
 # %% [markdown]
-# What this run can and cannot say. At `ablation_steps` steps the two temperatures' probes differ
-# by the amount printed above, while the main temperature's own gain over random init at that
-# step is small as well (compare the random-init row): one seed at this budget cannot tell such a
-# difference from run-to-run noise, so no direction is asserted here (`temperature_probe_gap` is
-# None at every scale that has not measured it). Chen et al. (2020, Table 5) report that with
+# What this run can and cannot say. Where two temperatures are trained, their probes at
+# `ablation_steps` steps differ by the amount printed above. Each arm is one seed, so the run has no measure of its own spread
+# to compare that difference with, and no direction is claimed (`temperature_probe_gap` is None
+# at every scale that has not measured it). Chen et al. (2020, Table 5) report that with
 # normalised embeddings T = 0.1 beats T = 1 by several points on ImageNet; showing that
 # needs each temperature trained as long as the main run, which does not fit the CPU budget. The
 # code path is the experiment: set `temperature_probe_gap` once a longer run (gpu scale) has
@@ -459,67 +527,72 @@ if cfg.temperature_probe_gap is not None:
 # image share their colour histogram, so without colour jitter the contrastive task can be solved
 # by colour alone. The ablation arm trains exactly like the main run's first `ablation_steps`
 # steps — same initial weights, AdamW, learning rate, temperature, data order — and even draws the
-# same random numbers: its augmentation draws the full recipe's parameters and then applies only
-# the geometric part (crop, flip, quarter turn), so both arms see identical crops and differ only
-# in the colour steps. Its loss, probe and colour content are compared with the main run's
-# snapshot at the same step, and with the encoder at random init.
+# same random numbers. The kit's `SimCLRAugment` is, by construction, `colour(geometry(x, g), g)`
+# (geometry: crop, flip, quarter turn; colour: jitter and grayscale), so the ablation's view
+# `geometry(x, g)` is exactly the geometric part of the main run's view, and drawing the colour
+# parameters and discarding them keeps the two arms' random streams aligned for every later step.
+# The first of these is an identity of the implementation; the second is checked below. Its loss,
+# probe and colour content are compared with the main run's snapshot at the same step.
 
 # %%
-geometric_augment = SimCLRAugment(cfg.image_size, crop_scale=cfg.crop_scale, color=False, rotate=cfg.rotate)
-
-
 def without_colour(images, generator):
     """augment's crop, flip and turn, without its colour steps; consumes the same random draws."""
-    before = generator.get_state()
-    view = geometric_augment(images, generator)    # geometry is drawn first, so it matches augment's
-    generator.set_state(before)
-    augment(images, generator)                     # advance the generator exactly as the main run did
+    view = augment.geometry(images, generator)
+    augment.colour(view, generator)               # drawn and discarded: the main run drew it too
     return view
 
 
 _g1, _g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
 _x = train.images[:8]
-assert torch.equal(without_colour(_x, _g1), geometric_augment(_x, torch.Generator().manual_seed(5)))
+without_colour(_x, _g1)
 augment(_x, _g2)
 assert torch.equal(_g1.get_state(), _g2.get_state()), "both arms must consume the same random draws"
 
 no_colour = build_simclr()
 no_colour_snap = snapshot(no_colour, simclr_run(no_colour, without_colour)(cfg.ablation_steps).history.series("loss"))
 colour_rows = [
-    {"encoder": "random init", "loss (last 3 steps)": None, "colour R²": random_colour_r2, **random_probe},
+    {"encoder": f"random init (BN calibrated, mean of {cfg.seeds})", "loss (last 3 steps)": None,
+     "colour R²": random_colour_r2, **random_probe},
     {"encoder": f"colour jitter, {cfg.ablation_steps} steps", **at_ablation},
     {"encoder": f"no colour distortion, {cfg.ablation_steps} steps", **no_colour_snap},
 ]
 show_table(colour_rows)
 _, with_c, without_c = colour_rows
 shortcut_loss_gap = with_c["loss (last 3 steps)"] - without_c["loss (last 3 steps)"]
+unexplained_jitter, unexplained_no_colour = 1 - with_c["colour R²"], 1 - without_c["colour R²"]
+colour_probe_gap = with_c["linear"] - without_c["linear"]
 print(f"loss at step {cfg.ablation_steps}: {with_c['loss (last 3 steps)']:.3f} with colour jitter, "
-      f"{without_c['loss (last 3 steps)']:.3f} without ({shortcut_loss_gap:.2f} lower); colour R² "
-      f"{random_colour_r2:.3f} at random init, {with_c['colour R²']:.3f} with jitter, {without_c['colour R²']:.3f} without; "
-      f"linear probe {100 * random_probe['linear']:.1f}% at random init, {100 * with_c['linear']:.1f}% with jitter, "
-      f"{100 * without_c['linear']:.1f}% without")
+      f"{without_c['loss (last 3 steps)']:.3f} without ({shortcut_loss_gap:.2f} lower)")
+print(f"colour R²: {with_c['colour R²']:.3f} with jitter, {without_c['colour R²']:.3f} without: the mean colour's "
+      f"unexplained variance is {100 * unexplained_jitter:.1f}% vs {100 * unexplained_no_colour:.1f}% "
+      f"(random init, BN calibrated: R² {random_colour_r2:.3f}, seeds span {random_r2_spread:.3f})")
+print(f"linear probe (shape): {100 * with_c['linear']:.1f}% with jitter, {100 * without_c['linear']:.1f}% without "
+      f"({100 * colour_probe_gap:+.1f} points; random init {100 * random_probe['linear']:.1f}%, "
+      f"seeds span {100 * random_probe_spread:.1f} points)")
 
 # %%
 if cfg.min_shortcut_loss_gap is not None:
     assert shortcut_loss_gap > cfg.min_shortcut_loss_gap, "the shortcut makes the task easy"
     assert without_c["colour R²"] > with_c["colour R²"], "the no-colour features keep more colour"
-    assert with_c["colour R²"] < random_colour_r2, "colour jitter teaches the encoder to drop colour"
-if cfg.colour_probe_below_random:
-    assert without_c["linear"] < random_probe["linear"], "the shortcut makes the features worse than random for shape"
-    assert without_c["linear"] < with_c["linear"]
+    assert with_c["colour R²"] > 0.5, "jitter makes colour less available, it does not remove it"
+if cfg.colour_probe_gap_over_spread:
+    assert colour_probe_gap > random_probe_spread, \
+        "with jitter the shape probe beats the no-colour arm by more than the baseline's seed spread"
 
 # %% [markdown]
 # Without colour distortion the loss at the same step is far lower (the gap is printed; at default
-# scale it is asserted above `min_shortcut_loss_gap`): the task got easy. Read the colour R²
-# against the random-init row: a random CNN's features already let a linear map read off each
-# image's mean colour, so training *removes* colour, or keeps it. The colour-jitter arm's features
-# carry less colour than at initialisation (asserted); the no-colour arm's carry more than the
-# jitter arm's (asserted): it kept what the jitter taught the other arm to drop. The strongest
-# evidence is the shape probe: after the same steps, the no-colour arm's linear probe is *below
-# the random-init encoder's* (asserted at default scale): training on the colour shortcut made the
-# features worse for shape than no training at all. The colour jitter exists to take that
-# shortcut away. One seed and `ablation_steps` steps: this shows the mechanism, not the size of
-# the effect in a full-length run.
+# scale it is asserted above `min_shortcut_loss_gap`): the task got easy. The colour content of
+# the features differs the way the shortcut predicts, but modestly: the jitter arm's features
+# leave more of the mean colour's variance unexplained than the no-colour arm's (both percentages
+# printed; the order is asserted), yet a linear map still reads most of the colour off them (R²
+# above one half, asserted). So jitter makes colour *less* available, it does not remove it. The random-init row is
+# context, not an arm: its colour R² is measured with calibrated BatchNorm and moves with the seed
+# by the printed span, so no claim is drawn from it. The like-for-like evidence is the shape
+# probe: after the same steps from the same weights, the arm trained with colour jitter is ahead
+# of the arm that could use the colour shortcut by the printed number of points, asserted at
+# default scale to exceed the random-init baseline's spread across seeds. The colour jitter
+# exists to take that shortcut away. One seed per arm and `ablation_steps` steps: this shows the
+# mechanism, not the size of the effect in a full-length run.
 
 # %% [markdown]
 # ## More candidates without more back-propagated images: gradient caching and a tiled loss
@@ -527,7 +600,9 @@ if cfg.colour_probe_below_random:
 # **The problem.** Accumulation above cut the "kept for backward" line by k and took the candidates
 # with it. The source's sentence says it need not: *needing more things to compare against does not
 # have to mean back-propagating through more images at once.* Lesson 03 answers with history
-# (MoCo, candidates from earlier steps). Two answers keep this step's batch, and are exact.
+# (MoCo, candidates from earlier steps). Two answers keep this step's batch; both give the
+# full-batch loss and gradient exactly for an encoder without batch-dependent layers (with
+# BatchNorm they do not: see the boundary of this section).
 #
 # **The mechanism.**
 # - *Gradient caching* (Gao et al., 2021). The loss couples the images only through their
@@ -569,36 +644,48 @@ for method in GC_METHODS:
     k = cfg.gc_batch // cfg.gc_chunk
     gc_records[method] = rec
     gc_rows.append({"method": method, "views encoded": rec.encoded["views encoded"],
-                    "candidates per anchor": 2 * cfg.gc_batch // (k if method == "accumulation" else 1) - 1,
+                    "candidates per anchor (computed)": 2 * cfg.gc_batch // (k if method == "accumulation" else 1) - 1,
                     "kept for backward MB": rec.activation_bytes / 1e6, "GFLOPs": rec.flops / 1e9})
 show_table(gc_rows)
+cached_vs_accumulation = gc_records["gradient caching"].activation_bytes / gc_records["accumulation"].activation_bytes
+print(f"kept for backward, gradient caching / accumulation: {cached_vs_accumulation:.3f}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+assert abs(cached_vs_accumulation - 1) < 0.02, "caching keeps about what one accumulation micro-batch keeps"
 
 # %% [markdown]
-# Read the ledger: gradient caching encodes every view twice (the "repeated" line of the ledger:
-# pass 1 without a graph, pass 3 with one) and so spends more FLOPs, keeps the candidates of the
-# naive step, and keeps for backward what a chunk of `gc_chunk` images needs, like accumulation.
+# Read the ledger: gradient caching encodes every view twice (the "views encoded" column: pass 1
+# without a graph, pass 3 with one) and so spends more FLOPs, keeps the candidates of the naive
+# step, and keeps for backward what a chunk of `gc_chunk` images needs, like accumulation with
+# micro-batches of the same size (the ratio is printed and asserted within 2%).
 #
 # **The evidence.** First, the update. Gradient caching must give the *same* parameter update as
 # the naive step, and accumulation must not. Exactness holds when nothing but the loss couples the
 # images, so this check uses an fp64 encoder without BatchNorm (the boundary below says what BN
-# changes):
+# changes). All three arms see the same two views of the same images (`make_step` draws the
+# batch's views once, then splits them), so they differ only in how the gradient is assembled:
 
 # %%
 def fp64_update(**kwargs):
+    """-> (parameters before, parameters after) one SGD step (lr 1) of an fp64 SimCLR without BN."""
     torch.manual_seed(cfg.seed)
     encoder = nn.Sequential(nn.Flatten(), nn.Linear(3 * cfg.image_size ** 2, 64), nn.ReLU())
     model = SimCLR(encoder, nn.Linear(64, 32), temperature=cfg.temperature).double()
+    before = torch.cat([p.detach().flatten() for p in model.parameters()])
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0), **kwargs)(
         train.images[:cfg.gc_batch].double())
-    return torch.cat([p.detach().flatten() for p in model.parameters()])
+    return before, torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
 k = cfg.gc_batch // cfg.gc_chunk
-full_update = fp64_update()
-gap_cached = (fp64_update(chunks=k) - full_update).abs().max().item()
-gap_accumulated = (fp64_update(accumulation=k) - full_update).abs().max().item()
-print(f"max |Δθ| vs the full batch: gradient caching {gap_cached:.1e}, accumulation {gap_accumulated:.1e}")
+initial, full_update = fp64_update()
+update_size = (full_update - initial).abs().max().item()
+gap_cached = (fp64_update(chunks=k)[1] - full_update).abs().max().item()
+gap_accumulated = (fp64_update(accumulation=k)[1] - full_update).abs().max().item()
+print(f"max |Δθ| vs the full batch (whose own update is {update_size:.2e} at most): gradient caching "
+      f"{gap_cached:.1e}, accumulation {gap_accumulated:.1e} ({100 * gap_accumulated / update_size:.1f}% of the update)")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -606,10 +693,14 @@ naive_rec, cached_rec = gc_records["naive"], gc_records["gradient caching"]
 assert cached_rec.encoded["views encoded"] == 2 * naive_rec.encoded["views encoded"], "every view twice"
 assert abs((cached_rec.flops - naive_rec.flops) / naive_rec.forward_flops - 1) < 0.05, \
     "the extra cost is one more forward pass"
-assert gap_cached < 1e-12, "gradient caching is the full-batch update, up to fp64 rounding"
-assert gap_accumulated > 1e6 * max(gap_cached, 1e-18), "accumulation optimises another objective"
+assert gap_cached < 1e-12 * max(update_size, 1.0), "gradient caching is the full-batch update, up to fp64 rounding"
+assert gap_accumulated > 0.01 * update_size, "accumulation optimises another objective: the update moves by > 1%"
 
 # %% [markdown]
+# Accumulation's update differs from the full batch's by the printed share of the update itself,
+# with the same views and the same images: what changed is the objective (each anchor's 2N/k − 1
+# candidates instead of 2N − 1). Gradient caching's differs only by fp64 rounding.
+#
 # Second, the tiled loss is the plain loss, in value and gradients (fp64, random embeddings):
 
 # %%
@@ -625,12 +716,14 @@ assert all(torch.allclose(a, b, atol=1e-12, rtol=0) for a, b in
 # %% [markdown]
 # Third, the memory forms. Gradient caching never holds the loss's graph and a chunk's graph at
 # the same time (pass 2 ends before pass 3 starts), so its kept-for-backward should be exactly the
-# larger of the two: one chunk through the encoder, or the loss alone on N×d embeddings. With the
-# plain loss that second term grows as N², with the tiled one as N·d. Sweep N and check:
+# larger of the two: one chunk through the encoder, or the loss alone on the 2N×d embeddings. The
+# plain loss keeps its 2N×2N logits, so that second term grows as N²; the tiled one keeps O(N·d).
+# The sweep runs past the N where the plain loss outgrows a chunk, so the two forms part:
 
 # %%
 def loss_alone_kept(n, tile):
-    z1, z2 = (torch.randn(n, 64, requires_grad=True, device=device) for _ in range(2))
+    """Bytes the loss alone keeps for backward on n×EMBED_DIM embeddings (plain, or tiled)."""
+    z1, z2 = (torch.randn(n, EMBED_DIM, requires_grad=True, device=device) for _ in range(2))
     loss = (lambda: nt_xent_loss(z1, z2, cfg.temperature)) if tile is None else \
         (lambda: nt_xent_loss_tiled(z1, z2, cfg.temperature, tile))
     return measure(lambda: loss().backward()).activation_bytes
@@ -641,21 +734,27 @@ chunk_views = torch.cat([augment(train.images[:cfg.gc_chunk], torch.Generator().
 chunk_kept = measure(lambda: chunk_model.embed(chunk_views).sum().backward(), model=chunk_model).activation_bytes
 
 gc_sweep = []
-for n in cfg.gc_sweep:
+for n in tqdm(cfg.gc_sweep, desc="memory sweep"):
     row = {"N": n}
     for method in ("naive", "gradient caching", "gradient caching + tiled"):
         model, opt, step = gc_step(method, n)
         row[method] = measure(lambda: step((train.images[:n], None)), model=model).activation_bytes
-    row["predicted caching"] = max(chunk_kept, loss_alone_kept(n, None))
-    row["predicted caching + tiled"] = max(chunk_kept, loss_alone_kept(n, cfg.gc_tile))
+    row["loss alone"], row["loss alone, tiled"] = loss_alone_kept(n, None), loss_alone_kept(n, cfg.gc_tile)
+    row["predicted caching"] = max(chunk_kept, row["loss alone"])
+    row["predicted caching + tiled"] = max(chunk_kept, row["loss alone, tiled"])
     gc_sweep.append(row)
 show_table([{k: (v / 1e6 if k != "N" else v) for k, v in r.items()} for r in gc_sweep])
+n_top = cfg.gc_sweep[-1]
+loss_doubling = loss_alone_kept(2 * n_top, None) / gc_sweep[-1]["loss alone"]
+tiled_doubling = loss_alone_kept(2 * n_top, cfg.gc_tile) / gc_sweep[-1]["loss alone, tiled"]
+print(f"one chunk keeps {chunk_kept / 1e6:.3f} MB; doubling N from {n_top}: the plain loss keeps "
+      f"{loss_doubling:.2f}x more (N² gives 4), the tiled loss {tiled_doubling:.2f}x (N·d gives 2)")
 
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ns = [r["N"] for r in gc_sweep]
-for method, style in (("naive", "o-"), ("gradient caching", "s-"), ("gradient caching + tiled", "^-")):
+for method, style in (("naive", "o-"), ("gradient caching", "s-"), ("gradient caching + tiled", "^--")):
     ax.plot(ns, [r[method] / 1e6 for r in gc_sweep], style, label=method)
-ax.axhline(cfg.gc_budget_mb, color="gray", ls=":", label=f"budget {cfg.gc_budget_mb} MB")
+ax.axhline(chunk_kept / 1e6, color="gray", ls=":", label=f"one chunk ({cfg.gc_chunk} images)")
 ax.set_xscale("log", base=2); ax.set_yscale("log")
 ax.set_xlabel("batch N (images)"); ax.set_ylabel("kept for backward (MB)"); ax.legend(); plt.show()
 
@@ -666,46 +765,95 @@ for r in gc_sweep:
     assert r["gradient caching + tiled"] == r["predicted caching + tiled"], r
 naive_growth = gc_sweep[-1]["naive"] / gc_sweep[0]["naive"]
 assert 0.95 <= naive_growth / (ns[-1] / ns[0]) <= 1.1, "naive: kept for backward ∝ N (the encoder's)"
-tiled_growth = gc_sweep[-1]["gradient caching + tiled"] / gc_sweep[0]["gradient caching + tiled"]
-assert tiled_growth < 1.05, "caching + tiled: one chunk's graph, whatever N"
+top = gc_sweep[-1]
+assert top["loss alone"] > chunk_kept, "at the largest N the plain loss, not the chunk, sets caching's peak"
+assert top["gradient caching + tiled"] == chunk_kept, "with tiling the chunk still sets it"
+assert top["gradient caching"] > 1.5 * top["gradient caching + tiled"], "so tiling shows"
+assert abs(loss_doubling / 4 - 1) < 0.1, "plain loss: kept grows as N²"
+assert abs(tiled_doubling / 2 - 1) < 0.1, "tiled loss: kept grows as N·d"
 
 # %% [markdown]
-# So "which N fits" has a different answer for each. With the forms above (naive: fitted
-# a + bN + cN² on the sweep; caching: the larger of the chunk and the loss, the loss fitted on its
-# own), the largest batch under a budget of `gc_budget_mb`:
+# So "which N fits" has a different answer for each. Take a **kept-for-backward budget** of
+# `gc_budget_mb` and count, for each way, what the step holds while it back-propagates:
+#
+# - naive: the encoder's saved tensors for 2N views (measured per view on one chunk; they include
+#   the views themselves, saved by the first convolution) plus the loss's;
+# - gradient caching: what it keeps (the larger of one chunk and the loss, as just measured) plus
+#   what it holds across its three passes: all 2N input views, the cached embeddings z and their
+#   gradient z.grad (2 × 2N×d);
+# - every loss's backward also makes transients: the plain loss a 2N×2N gradient of its
+#   probabilities and of its logits (2 × (2N)² numbers), the tiled loss one tile×2N block and its
+#   exponential (2 × tile·2N) plus three 2N×d gradient buffers. They are added to each form.
+#
+# Kept-for-backward is measured (above); views, z, z.grad and transients are computed from their
+# shapes (the CPU has no allocator peak to read). What is excluded: the encoder's own backward
+# transients (a layer's activation gradient, alive while that layer is back-propagated), which
+# favour the naive step. The loss's kept bytes are fitted on the measured sizes (quadratic for
+# the plain loss, linear for the tiled one) and the search goes no further than 4× the largest N
+# measured:
 
 # %%
-def loss_fit(tile):
-    sizes = [cfg.gc_sweep[-1] * f for f in (1, 2, 4)]
-    return np.polyfit(sizes, [loss_alone_kept(n, tile) for n in sizes], 2)
+loss_ns = ns + [2 * n_top]
+loss_kept = {None: [r["loss alone"] for r in gc_sweep] + [loss_doubling * top["loss alone"]],
+             cfg.gc_tile: [r["loss alone, tiled"] for r in gc_sweep] + [tiled_doubling * top["loss alone, tiled"]]}
+loss_fits = {None: np.polyfit(loss_ns, loss_kept[None], 2), cfg.gc_tile: np.polyfit(loss_ns, loss_kept[cfg.gc_tile], 1)}
+per_view = chunk_kept / (2 * cfg.gc_chunk)              # the encoder's saved bytes per view
+view_bytes = train.images[0].numel() * train.images.element_size()
+z_bytes = EMBED_DIM * 4
 
 
-naive_fit = np.polyfit(ns, [r["naive"] for r in gc_sweep], 2)
-forms = {"naive": lambda n: np.polyval(naive_fit, n),
-         "gradient caching": lambda n, f=loss_fit(None): max(chunk_kept, np.polyval(f, n)),
-         "gradient caching + tiled": lambda n, f=loss_fit(cfg.gc_tile): max(chunk_kept, np.polyval(f, n))}
+def loss_held(n, tile):
+    """The loss's kept bytes (fitted) plus its backward transients, for a batch of n images."""
+    transient = (2 * (2 * n) ** 2 * 4 if tile is None else 2 * tile * 2 * n * 4 + 3 * 2 * n * z_bytes)
+    return np.polyval(loss_fits[tile], n) + transient
+
+
+def naive_kept(n):
+    """The naive step's kept-for-backward: the encoder's per view, plus the plain loss's (fitted)."""
+    return 2 * n * per_view + np.polyval(loss_fits[None], n)
+
+
+forms = {"naive": lambda n: 2 * n * per_view + loss_held(n, None),
+         "gradient caching": lambda n: 2 * n * (view_bytes + 2 * z_bytes) + max(chunk_kept, loss_held(n, None)),
+         "gradient caching + tiled": lambda n: 2 * n * (view_bytes + 2 * z_bytes) + max(chunk_kept, loss_held(n, cfg.gc_tile))}
+naive_form_error = max(abs(naive_kept(r["N"]) - r["naive"]) / r["naive"] for r in gc_sweep)
 budget = cfg.gc_budget_mb * 1e6
-grid = [cfg.gc_chunk * m for m in range(1, 2**20 // cfg.gc_chunk + 1)]
+grid = range(cfg.gc_chunk, 4 * n_top + 1, cfg.gc_chunk)
 largest = {m: max([n for n in grid if form(n) <= budget], default=0) for m, form in forms.items()}
-show_table([{"method": m, f"largest N under {cfg.gc_budget_mb} MB": n} for m, n in largest.items()])
-print(f"gradient caching + tiled fits {largest['gradient caching + tiled'] / largest['naive']:.0f}x the "
-      f"naive batch under {cfg.gc_budget_mb} MB (searched up to N = {grid[-1]})")
+show_table([{"method": m, f"largest N under {cfg.gc_budget_mb} MB": n,
+             "held at that N (MB)": form(n) / 1e6 if n else None} for (m, n), form in zip(largest.items(), forms.values())])
+caching_gain = largest["gradient caching"] / max(largest["naive"], 1)
+tiling_gain = largest["gradient caching + tiled"] / max(largest["gradient caching"], 1)
+print(f"under {cfg.gc_budget_mb} MB: gradient caching fits {caching_gain:.1f}x the naive batch, and tiling "
+      f"{tiling_gain:.1f}x more again (searched up to N = {grid[-1]}, 4x the largest measured step); "
+      f"the naive form misses the measured steps by {100 * naive_form_error:.1f}% at most")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-assert largest["naive"] < largest["gradient caching"] <= largest["gradient caching + tiled"]
+assert naive_form_error < 0.02, "the naive form reproduces the measured naive steps"
+assert 0 < largest["naive"] and largest["gradient caching + tiled"] < grid[-1], "every answer inside the search"
+assert caching_gain > 2 and tiling_gain > 2, "each method more than doubles the batch that fits"
 
 # %% [markdown]
+# Each method more than doubles the batch that fits under the same budget (both factors printed,
+# asserted > 2). The numbers are for this small encoder on small images, whose saved tensors per view are
+# small next to a large model's; the shape of the answer — caching removes the encoder's N, tiling
+# then removes the loss's N² — is what carries over.
+#
 # **The boundary.**
 # - The extra forward pass: gradient caching's FLOPs are the naive step's plus one more forward of
 #   the encoder (asserted within 5% above). Accumulation is cheaper when fewer candidates are acceptable; MoCo is
 #   cheaper still when the candidates may be old: its K keys cost K·d numbers and no encoder pass
 #   at all this step, whereas gradient caching still encodes all 2N views, twice.
-# - BatchNorm: each chunk is normalised with its own statistics (both views of its images, the
-#   composition of a smaller SimCLR batch), so with BN the update is that of the chunked statistics,
-#   not of one 2N-view batch. The kit undoes pass 1's running-statistics updates, so they move once
-#   per chunk. Exactness, as asserted above, needs an encoder without batch-dependent layers (or
-#   frozen BN, or per-sample normalisation such as LayerNorm/GroupNorm).
+# - BatchNorm makes gradient caching inexact, and worse, leaky. Each chunk is normalised with its
+#   own statistics, computed over both views of its images: the update is that of the chunked
+#   statistics, not of one 2N-view batch, and a positive pair now shares its chunk's statistics
+#   while most of its negatives come from other chunks — the per-device BatchNorm leak of data
+#   parallel SimCLR (next boundary), recreated on one device. The kit undoes pass 1's
+#   running-statistics updates, so they move once per chunk. Exactness (asserted above) needs an
+#   encoder without batch-dependent layers; the remedies are those of the leak: frozen BN, a
+#   per-sample normalisation (LayerNorm, GroupNorm), or chunks whose membership is shuffled so a
+#   positive pair does not share one.
 # - With data parallel, each rank caches its own chunks and the loss gathers every rank's
 #   embeddings: the update equals one large batch on one process (tested on 2 gloo ranks in
 #   `tests/test_gradient_cache.py`).
@@ -718,21 +866,25 @@ assert largest["naive"] < largest["gradient caching"] <= largest["gradient cachi
 #   saved tensors.
 # - Gradient accumulation is exact only for a per-sample loss on a model without batch-dependent
 #   layers. A contrastive loss loses candidates; a BatchNorm model changes its normalisation
-#   statistics even under a supervised loss (measured above). Gathering embeddings across devices
-#   (`extra_negatives`, lesson 07) restores the candidates without the memory.
+#   statistics even under a supervised loss (measured above). With several devices, gathering the
+#   other devices' embeddings (`extra_negatives`, lesson 07) restores the candidates without their
+#   activations; on one device, gradient caching (above) is the way to keep every candidate.
 # - "More candidates make a better representation" is the paper's result (Chen et al. 2020,
 #   Fig. 9), cited, not reproduced: a batch-size comparison at this budget would need many more
 #   steps than fit in a few CPU minutes.
 # - Probe accuracies from a few CPU minutes say which mechanism is at work, not how good SimCLR
 #   is; a claim about representation quality needs the gpu-scale run. The temperature and colour
-#   experiments compare arms after `ablation_steps` steps, one seed each.
-# - BatchNorm and the positive pair: here both views of the whole batch go through the encoder as
-#   one batch of 2N, so BatchNorm normalises every view with the same statistics, and those
-#   statistics tell an anchor nothing about which candidate is its partner: no leak. The leak
+#   experiments compare arms after `ablation_steps` steps, one seed each; only the random-init
+#   baseline is measured over several seeds.
+# - BatchNorm and the positive pair: in the plain step both views of the whole batch go through
+#   the encoder as one batch of 2N, so BatchNorm normalises every view with the same statistics,
+#   and those statistics tell an anchor nothing about which candidate is its partner: no leak
+#   (gradient caching's chunks bring it back, as said above). The leak
 #   appears with several devices and per-device BatchNorm: a positive pair then shares its
 #   device's statistics while most negatives come from other devices, and the network can match
 #   views by those statistics. SimCLR's answer is global BatchNorm (statistics aggregated over all
 #   devices); MoCo's is shuffle-BN (lesson 03).
+
 
 # %% [markdown]
 # ## Exercises
@@ -838,7 +990,8 @@ assert abs(candidates_and_init_loss(32, 2)[1] - _micro) < 0.05
 # **Exercise 3 — predict, then measure.** A gradient-caching step with chunks of `chunk` images:
 # the encoder keeps `per_view_bytes` for each view it back-propagates, and the loss alone on the
 # whole batch's embeddings keeps `loss_bytes`. Before looking at the ledger, write the bytes the
-# step keeps for backward (its peak). The test measures a real step of this lesson's encoder.
+# step keeps for backward (its peak). The test compares it with real steps of this lesson's encoder
+# from the sweep above, at a small N and at the largest, where the loss sets the peak.
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -856,18 +1009,16 @@ def gc_kept_bytes(per_view_bytes, chunk, loss_bytes):
 # # BEGIN TESTS
 
 # %%
-def _check_gc_prediction(n):
-    naive_model, _, naive_step = gc_step("naive", n)
-    naive_kept = measure(lambda: naive_step((train.images[:n], None)), model=naive_model).activation_bytes
-    loss_bytes = loss_alone_kept(n, None)
-    per_view = (naive_kept - loss_bytes) / (2 * n)            # the encoder's share, per view
-    model, _, step = gc_step("gradient caching", n)
-    kept = measure(lambda: step((train.images[:n], None)), model=model).activation_bytes
-    predicted = gc_kept_bytes(per_view, cfg.gc_chunk, loss_bytes)
-    assert abs(predicted - kept) <= 0.02 * kept, f"predicted {predicted:.0f} B, measured {kept} B"
+def _check_gc_prediction(row):
+    """row: one N of the memory sweep above (steps measured by the ledger)."""
+    per_view_bytes = (row["naive"] - row["loss alone"]) / (2 * row["N"])   # the encoder's share, per view
+    predicted = gc_kept_bytes(per_view_bytes, cfg.gc_chunk, row["loss alone"])
+    kept = row["gradient caching"]
+    assert abs(predicted - kept) <= 0.02 * kept, f"N={row['N']}: predicted {predicted:.0f} B, measured {kept} B"
 
 
-_check_gc_prediction(cfg.gc_sweep[0])
+_check_gc_prediction(gc_sweep[0])     # small N: one chunk sets the peak
+_check_gc_prediction(gc_sweep[-1])    # largest N: the loss's N² logits set it
 
 # %%
 """ # BEGIN TEST CONFIG
@@ -889,16 +1040,23 @@ assert gc_kept_bytes(1000, 4, 5000) == 8000 and gc_kept_bytes(1000, 4, 9000) == 
 headline(
     activation_kb_per_image=per_image[-1],
     accumulation_activation_ratio=activation_ratio,
-    accumulation_loss_gap=one["loss"] - acc["loss"],
+    accumulation_loss_gap=accumulation_loss_gap,
+    accumulation_update_share=gap_accumulated / update_size,
     bn_accumulation_gradient_gap=bn_train_gap,
     start_loss=start_loss,
     probe_random_init=random_probe["linear"],
+    probe_random_init_seed_spread=random_probe_spread,
     probe_simclr=trained_probe["linear"],
     probe_gain=probe_gain,
-    temperature_probe_gap=temperature_probe_gap,
+    **({} if temperature_probe_gap is None else {"temperature_probe_gap": temperature_probe_gap}),
     colour_shortcut_loss_gap=shortcut_loss_gap,
     colour_r2_random_init=random_colour_r2,
     colour_r2_jitter=with_c["colour R²"],
     colour_r2_no_colour=without_c["colour R²"],
     probe_no_colour=without_c["linear"],
+    colour_probe_gap=colour_probe_gap,
+    gc_largest_n_naive=largest["naive"],
+    gc_largest_n_caching=largest["gradient caching"],
+    gc_largest_n_caching_tiled=largest["gradient caching + tiled"],
+    cpu_seconds=time.process_time(),
 )

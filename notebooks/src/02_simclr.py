@@ -51,7 +51,7 @@ cfg = config(
             gc_budget_mb=16, train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
     default=dict(image_size=16, width=16, blocks=(1, 1, 1),
                  batch=128, steps=600, ablation_steps=200, lr=2e-3,
-                 temperature=0.2,                  # the main run's T (lesson 05 keeps its own; see there)
+                 temperature=0.2,                  # the main run's T (lesson 05's SimCLR uses the same)
                  temperatures=(0.2, 1.0),          # the temperature experiment: same run, T changed
                  crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, accumulation=4,
                  min_probe_gain=0.15,              # thresholds the default run is asserted against

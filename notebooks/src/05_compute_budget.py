@@ -521,8 +521,8 @@ print(f"CNN: {cnn_r:.0f}x 6ND with D counted in images; with D counted in positi
 # corrections is small (each asserted within the same tolerance) and they partly cancel:
 # attention's L×L matmuls add; the patch embedding's missing input gradient, the biases and
 # LayerNorms (in N, in no matmul) and the head (which runs once per image, not once per token)
-# subtract. The attention term is 12·L²·D against 6·N·L per image per block, so it grows with the
-# number of tokens L: with long sequences 6ND undercounts. For the CNN no single D works: each
+# subtract. Per image and block, attention costs 12·L²·D against 6·N_block·L for the block's
+# weights, so its share grows with the number of tokens L: with long sequences 6ND undercounts. For the CNN no single D works: each
 # convolution reuses its weight at every output position, and the stages work at different
 # resolutions, so D counted in positions at the first stage's resolution undercounts and at the
 # last stage's overcounts, each by more than the factor printed (asserted); a resolution in

@@ -57,7 +57,7 @@ cfg = config(
     # no-colour arm and the random-init seeds); the second temperature is trained at ci and gpu only
     default=dict(image_size=16, width=16, blocks=(1, 1, 1),
                  batch=128, steps=200, ablation_steps=200, lr=2e-3,
-                 temperature=0.2,                  # the main run's T (lesson 05 keeps its own; see there)
+                 temperature=0.2,                  # the main run's T (lesson 05's SimCLR uses the same)
                  temperatures=(0.2,),              # the temperature experiment: same run, T changed
                  crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, accumulation=4,
                  seeds=3, calibration_images=2048,

@@ -21,40 +21,57 @@ import os
 SCALE = os.environ.get("COURSE_SCALE", "default")
 
 # %%
+import math
 import time
 
 import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+from tqdm.auto import tqdm
 
 from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
 from course_utils.evaluate import probe_encoder
 from course_utils.ledger import measure
-from course_utils.models import MLP, ProjectionHead, SmallResNet, ViT, count_parameters
+from course_utils.models import MLP, Attention, ProjectionHead, SmallResNet, ViT, count_parameters
 from course_utils.objectives import MAE, MoCo, SimCLR, Supervised, make_step
 from course_utils.report import headline, show_table
-from course_utils.runtime import setup
+from course_utils.runtime import core_seconds as cpu_core_seconds, setup
 from course_utils.scales import config
 from course_utils.train import TrainState, fit
 
+# The claims of the matched-budget comparison are thresholds in the config: None means "no claim
+# at this scale". CI's budgets are a few steps; the gpu scale has never been run against these
+# claims, so it makes none (its numbers are printed, not asserted).
+NO_CLAIMS = dict(labels_margin=None, supervised_min_gain=None, null_band=None, mae_seconds_ratio=None,
+                 mae_update_ratio=None, alloc_check=False)
 cfg = config(
     SCALE,
     # budgets_gflops: nested training budgets of the matched comparison (one run per objective,
-    # probed when it has spent each budget); alloc_budgets_flops: the allocation experiment's C.
-    # temperature: SimCLR's, the same as lesson 02's default (MoCo keeps lesson 03's 0.2 too).
-    ci=dict(image_size=16, width=8, vit_dim=32, batch=16, budgets_gflops=[0.5, 1.0], temperature=0.2,
-            check_quality=False, train_limit=512, probe_train=256, probe_test=256, dataset="shapes",
-            alloc_budgets_flops=[2e6, 8e6], alloc_widths=[16, 64], alloc_batch=32, alloc_check=False),
-    default=dict(image_size=16, width=16, vit_dim=64, batch=64, budgets_gflops=[150.0, 300.0, 600.0],
-                 temperature=0.2, check_quality=True, train_limit=None, probe_train=2000, probe_test=1000,
-                 dataset="shapes", alloc_budgets_flops=[5e8, 2e9, 8e9], alloc_widths=[16, 64, 256, 1024],
-                 alloc_batch=256, alloc_check=True),
-    gpu=dict(image_size=32, width=64, vit_dim=192, batch=256, budgets_gflops=[50_000.0, 100_000.0, 200_000.0],
-             temperature=0.2, check_quality=True, train_limit=None, probe_train=10000, probe_test=10000,
-             dataset="cifar10", alloc_budgets_flops=[5e9, 2e10, 8e10], alloc_widths=[16, 64, 256, 1024, 4096],
-             alloc_batch=1024, alloc_check=True),
+    # probed when it has spent each budget); alloc_budgets_flops: the allocation experiment's C,
+    # in exact training FLOPs. simclr_temperature / moco_temperature: lessons 02 and 03's defaults.
+    ci=dict(image_size=16, width=8, vit_dim=32, decoder_dim=32, batch=16, budgets_gflops=[0.5, 1.0],
+            simclr_temperature=0.2, moco_temperature=0.2, moco_queue=1024, proj_dim=64,
+            train_limit=512, probe_train=256, probe_test=256, dataset="shapes",
+            alloc_budgets_flops=[2e6, 8e6], alloc_widths=[16, 64], alloc_batch=32, alloc_seeds=[0, 1],
+            **NO_CLAIMS),
+    default=dict(image_size=16, width=16, vit_dim=64, decoder_dim=32, batch=64,
+                 budgets_gflops=[150.0, 300.0, 600.0],
+                 simclr_temperature=0.2, moco_temperature=0.2, moco_queue=1024, proj_dim=64,
+                 train_limit=None, probe_train=2000, probe_test=1000, dataset="shapes",
+                 alloc_budgets_flops=[3.5e8, 1.4e9, 5.6e9], alloc_widths=[16, 64, 256, 1024],
+                 alloc_batch=256, alloc_seeds=[0, 1, 2],
+                 # thresholds the default run is asserted against (points of probe accuracy)
+                 labels_margin=5.0, supervised_min_gain=10.0, null_band=5.0,
+                 mae_seconds_ratio=1.5, mae_update_ratio=2.0, alloc_check=True),
+    gpu=dict(image_size=32, width=64, vit_dim=192, decoder_dim=32, batch=256,
+             budgets_gflops=[50_000.0, 100_000.0, 200_000.0],
+             simclr_temperature=0.2, moco_temperature=0.2, moco_queue=1024, proj_dim=64,
+             train_limit=None, probe_train=10000, probe_test=10000, dataset="cifar10",
+             alloc_budgets_flops=[3.5e9, 1.4e10, 5.6e10], alloc_widths=[16, 64, 256, 1024, 4096],
+             alloc_batch=1024, alloc_seeds=[0, 1], **NO_CLAIMS),
 )
 device = setup(SCALE, seed=cfg.seed)
 train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=device,
@@ -72,10 +89,10 @@ num_classes = len(train.classes)
 # ## The problem
 #
 # "Use more data and a bigger model" is not a plan. Each objective spends a step's compute in a
-# different place — on extra views, on a key encoder without backward, on a cache, on fewer
-# patches — so the same budget buys very different amounts of learning signal. And a fixed budget
-# must be split between model size and training length: too large a model gets too few steps,
-# too small a model cannot use the data it is given.
+# different place — on extra views, on a key encoder without backward, on fewer patches (MoCo's
+# queue of old keys costs memory, and almost no FLOPs) — so the same budget buys very different
+# amounts of learning signal. And a fixed budget must be split between model size and training
+# length: too large a model gets too few steps, too small a model cannot use the data it is given.
 
 # %% [markdown]
 # ## The mechanism
@@ -84,9 +101,11 @@ num_classes = len(train.classes)
 # measures one step of each with the same batch of B images. Two backbone families keep the
 # comparison like with like: SimCLR and MoCo run on the same ResNet as a supervised ResNet, and
 # MAE (which needs patches, so a ViT) runs beside a supervised ViT of the same size, optimizer
-# and data. SimCLR and MoCo keep the temperatures of lessons 02 and 03 (`cfg.temperature` is
-# lesson 02's default), so what they learned there carries over. Every run then trains for the
-# **same numbers of FLOPs** (steps = budget / FLOPs per step) and is probed.
+# and data. SimCLR and MoCo use the temperatures of lessons 02 and 03 (`cfg.simclr_temperature`
+# and `cfg.moco_temperature` are those lessons' defaults), but train far shorter than there (the
+# budgets are printed below), so what those lessons found at their own budgets is a guide here,
+# not a measurement. Every run then trains for the **same numbers of FLOPs** (steps = budget /
+# FLOPs per step) and is probed.
 
 # %%
 FAMILY = {"supervised ResNet": "ResNet", "SimCLR": "ResNet", "MoCo": "ResNet",
@@ -102,38 +121,78 @@ def build(name, seed=cfg.seed):
     generator = torch.Generator().manual_seed(seed)
     if FAMILY[name] == "ViT":
         vit = ViT(image_size=cfg.image_size, patch_size=4, dim=cfg.vit_dim, depth=4, heads=4)
-        model = (MAE(vit, mask_ratio=0.75, decoder_dim=32) if name == "MAE" else
+        model = (MAE(vit, mask_ratio=0.75, decoder_dim=cfg.decoder_dim) if name == "MAE" else
                  Supervised(vit, nn.Linear(vit.feature_dim, num_classes))).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=1.5e-3, weight_decay=0.05)
         # no augmentation in the ViT family: MAE's masking is its own corruption
         return model, opt, make_step(model, opt, generator=generator)
     backbone = SmallResNet(width=cfg.width)
     model = {"supervised ResNet": lambda: Supervised(backbone, nn.Linear(backbone.feature_dim, num_classes)),
-             "SimCLR": lambda: SimCLR(backbone, ProjectionHead(backbone.feature_dim, 128, 64),
-                                      temperature=cfg.temperature),
-             "MoCo": lambda: MoCo(backbone, ProjectionHead(backbone.feature_dim, 128, 64), queue_size=1024,
-                                  momentum=0.99, temperature=0.2, bn_groups=2)}[name]().to(device)
+             "SimCLR": lambda: SimCLR(backbone, ProjectionHead(backbone.feature_dim, 128, cfg.proj_dim),
+                                      temperature=cfg.simclr_temperature),
+             "MoCo": lambda: MoCo(backbone, ProjectionHead(backbone.feature_dim, 128, cfg.proj_dim),
+                                  queue_size=cfg.moco_queue, momentum=0.99, temperature=cfg.moco_temperature,
+                                  bn_groups=2)}[name]().to(device)
     # the key encoder of MoCo is trained by EMA, not by the optimizer
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=2e-3)
     return model, opt, make_step(model, opt, augment=augment, generator=generator)
 
 
 def core_seconds():
-    """CPU time / threads: the wall-clock of an idle machine (robust on a shared one)."""
-    return time.process_time() / torch.get_num_threads() if device.type == "cpu" else time.perf_counter()
+    """On CPU, CPU time / threads (`course_utils.runtime.core_seconds`): a proxy for an idle
+    machine's wall-clock, not the wall-clock itself. It undercounts wherever an op runs on fewer
+    threads than torch has, and on a crowded machine threads waiting for each other burn CPU time
+    that counts, most for steps made of many small ops. Read it as a cost ranking, not a stopwatch."""
+    return cpu_core_seconds() if device.type == "cpu" else time.perf_counter()
+
+
+class UpdateClock:
+    """Core-seconds spent inside optimizer.step(): the parameter update, which C does not count
+    and which every step pays, whatever its FLOPs."""
+
+    def __init__(self, optimizer):
+        self.seconds, self._start = 0.0, 0.0
+        optimizer.register_step_pre_hook(self._begin)
+        optimizer.register_step_post_hook(self._end)
+
+    def _begin(self, *_):
+        self._start = core_seconds()
+
+    def _end(self, *_):
+        self.seconds += core_seconds() - self._start
 
 
 OBJECTIVES = list(FAMILY)
 batch = (train.images[:cfg.batch], train.labels[:cfg.batch])
+print(f"{torch.get_num_threads()} threads on {device}")
 
 # %% [markdown]
 # ## Worked example: the ledgers of one step
 #
 # "FLOPs / image vs supervised" divides each objective's FLOPs per image by those of the
-# supervised run of its own backbone.
+# supervised run of its own backbone. The two ViT steps are also counted per module with
+# PyTorch's `FlopCounterMode` (the counter the ledger uses), to see where MAE's FLOPs go.
 
 # %%
-ledgers = {}
+def flops_by_part(step, batch):
+    """One step's FLOPs under FlopCounterMode, summed per part of the model: the encoder's
+    transformer blocks (and, inside them, the attention L×L matmuls), the decoder, the total."""
+    counter = FlopCounterMode(display=False)
+    with counter:
+        step(batch)
+    parts = dict(total=counter.get_total_flops(), blocks=0, attention_matmuls=0, decoder=0)
+    for module, ops in counter.get_flop_counts().items():
+        path = module.split(".")
+        if path[1:3] == ["encoder", "blocks"] and len(path) == 4:          # e.g. MAE.encoder.blocks.0
+            parts["blocks"] += sum(ops.values())
+        if path[1:3] == ["encoder", "blocks"] and path[-1] == "attn":      # QKᵀ and A·V are batched matmuls
+            parts["attention_matmuls"] += ops.get(torch.ops.aten.bmm, 0)
+        if path[1:] == ["decoder"]:
+            parts["decoder"] += sum(ops.values())
+    return parts
+
+
+ledgers, vit_parts = {}, {}
 for name in OBJECTIVES:
     model, opt, step = build(name)
     step(batch)                                                  # optimizer state exists now
@@ -144,6 +203,10 @@ for name in OBJECTIVES:
         step(batch)
     seconds = (core_seconds() - start) / 3
     ledgers[name] = dict(record=rec, seconds=seconds)
+    if FAMILY[name] == "ViT":
+        vit_parts[name] = flops_by_part(step, batch)
+    if name == "MoCo":
+        queue_size, key_dim = model.queue.size, model.queue.dim
 
 rec = {n: r["record"] for n, r in ledgers.items()}
 flops_vs_supervised = {n: rec[n].flops / rec[BASELINE[FAMILY[n]]].flops for n in OBJECTIVES}
@@ -155,27 +218,43 @@ table = [{"objective": name, "backbone": FAMILY[name],
           "images/s": cfg.batch / ledgers[name]["seconds"]} for name in OBJECTIVES]
 show_table(table)
 
+# MAE's encoder blocks see a quarter of the tokens: a quarter of their per-token matmuls, and a
+# sixteenth of the attention matmuls, which grow with tokens².
+sup_vit, mae = vit_parts["supervised ViT"], vit_parts["MAE"]
+attention_share = sup_vit["attention_matmuls"] / sup_vit["blocks"]
+visible = 1 - 0.75
+mae_blocks_predicted = (1 - attention_share) * visible + attention_share * visible ** 2
+mae_blocks_measured = mae["blocks"] / sup_vit["blocks"]
+mae_decoder_share = mae["decoder"] / mae["total"]
+
 # %%
 # NBVAL_CHECK_OUTPUT
 L = (cfg.image_size // 4) ** 2
+# bookkeeping, not evidence: the ledger counts what the objectives were built to do
 assert rec["SimCLR"].encoded["encoder images"] == 2 * cfg.batch              # two views, both with backward
 assert rec["MoCo"].encoded["encoder images"] == rec["MoCo"].encoded["key encoder images"] == cfg.batch
 assert rec["MAE"].encoded["encoder tokens"] == cfg.batch * int(L * 0.25)     # a quarter of the patches
-assert rec["MoCo"].cache_bytes >= 1024 * 64 * 4 and rec["SimCLR"].cache_bytes == 0
+assert rec["MoCo"].cache_bytes >= queue_size * key_dim * 4 and rec["SimCLR"].cache_bytes == 0
+assert vit_parts["MAE"]["total"] == rec["MAE"].flops                          # one counter, two readings
+# evidence
 assert rec["SimCLR"].activation_bytes > 1.8 * rec["supervised ResNet"].activation_bytes
 assert rec["MoCo"].activation_bytes < 0.7 * rec["SimCLR"].activation_bytes    # keys keep nothing for backward
 # two views with backward cost twice one view; a key view without backward costs about a third
 # more (a forward is about a third of forward + backward), plus the projector and queue logits
 assert 1.9 < flops_vs_supervised["SimCLR"] < 2.2, flops_vs_supervised
 assert 1.25 < flops_vs_supervised["MoCo"] < 1.5, flops_vs_supervised
-assert flops_vs_supervised["MAE"] < 0.6, flops_vs_supervised                 # encoder on a quarter of the tokens
+assert abs(mae_blocks_measured / mae_blocks_predicted - 1) < 0.01, (mae_blocks_measured, mae_blocks_predicted)
 
 # %%
 print(f"Per image, against the supervised run of the same backbone: SimCLR spends "
       f"{flops_vs_supervised['SimCLR']:.2f}x the FLOPs (two views, both back-propagated), MoCo "
       f"{flops_vs_supervised['MoCo']:.2f}x (the key view is a forward without backward, about a third "
-      f"of a training pass), MAE {flops_vs_supervised['MAE']:.2f}x (the encoder sees a quarter of the "
-      f"patches; the light decoder runs on all of them).")
+      f"of a training pass), MAE {flops_vs_supervised['MAE']:.2f}x.")
+print(f"MAE's encoder blocks cost {mae_blocks_measured:.3f}x those of the supervised ViT: predicted "
+      f"{1 - attention_share:.3f}·{visible:g} + {attention_share:.3f}·{visible:g}² = {mae_blocks_predicted:.3f} "
+      f"(attention's L×L matmuls are {100 * attention_share:.1f}% of the supervised ViT's block FLOPs). "
+      f"The decoder (width {cfg.decoder_dim}, the encoder's is {cfg.vit_dim}) runs on all {L} tokens and "
+      f"costs {100 * mae_decoder_share:.0f}% of MAE's step.")
 
 # %% [markdown]
 # ## The evidence
@@ -184,15 +263,17 @@ print(f"Per image, against the supervised run of the same backbone: SimCLR spend
 #
 # Every objective gets the same training FLOPs, converted to steps with its own measured FLOPs
 # per step, and is then probed (linear probe on frozen encoder features, and the same encoder at
-# random initialisation as the floor). Each objective is trained **once**, with a constant
-# learning rate, and probed when it has spent each budget in `budgets_gflops`: with no schedule a
-# shorter run is exactly a prefix of the longer one, so one run gives every budget. Core-seconds
-# (CPU time / threads) are recorded next to FLOPs.
+# random initialisation as the floor). Each objective is trained **once** (one seed), with a
+# constant learning rate, and probed when it has spent each budget in `budgets_gflops`: with no
+# schedule a shorter run is exactly a prefix of the longer one, so one run gives every budget.
+# Core-seconds are recorded next to FLOPs, and the part of them spent inside `optimizer.step()`
+# separately: the update is not in C.
 
 # %%
 results = []
-for name in OBJECTIVES:
-    model, _, step = build(name)
+for name in tqdm(OBJECTIVES, desc="matched budgets"):
+    model, opt, step = build(name)
+    update_clock = UpdateClock(opt)
     flops = rec[name].flops
     random_acc = probe_encoder(model.encoder, probe_train, test)["linear"]
     state, batches, seconds = TrainState(), train.batches(cfg.batch, seed=cfg.seed), 0.0
@@ -204,7 +285,8 @@ for name in OBJECTIVES:
         acc = probe_encoder(model.encoder, probe_train, test)["linear"]
         results.append({"objective": name, "budget GFLOPs": budget, "steps": steps,
                         "images seen": steps * cfg.batch, "train GFLOPs": steps * flops / 1e9,
-                        "core-seconds": seconds, "probe (random init)": random_acc, "probe (trained)": acc,
+                        "core-seconds": seconds, "of which updates": update_clock.seconds,
+                        "probe (random init)": random_acc, "probe (trained)": acc,
                         "gain (points)": 100 * (acc - random_acc)})
 show_table(results)
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.5))
@@ -214,8 +296,9 @@ for name in OBJECTIVES:
     ax1.plot([r["budget GFLOPs"] for r in rows], [r["gain (points)"] for r in rows], style, label=name)
     ax2.plot([r["train GFLOPs"] for r in rows], [r["core-seconds"] for r in rows], style, label=name)
 ax1.axhline(0, color="k", lw=0.5)
-ax1.set_xlabel("training GFLOPs"); ax1.set_ylabel("probe gain over random init (points)")
-ax2.set_xlabel("training GFLOPs"); ax2.set_ylabel("core-seconds")
+ax1.set_xlabel("budget GFLOPs"); ax1.set_ylabel("probe gain over random init (points)")
+ax1.set_title("one seed per objective: no noise band")
+ax2.set_xlabel("training GFLOPs spent"); ax2.set_ylabel("core-seconds")
 ax2.set_title("the same FLOPs, different seconds"); ax1.legend(fontsize=8)
 plt.tight_layout(); plt.show()
 
@@ -225,104 +308,226 @@ for r in results:    # bookkeeping, not evidence: the budget was converted to st
     assert 0.5 * r["budget GFLOPs"] < r["train GFLOPs"] <= r["budget GFLOPs"] * 1.0001 or r["steps"] == 1, r
 
 # %%
-gain = {(r["objective"], r["budget GFLOPs"]): r["gain (points)"] for r in results}
-seconds_per_tflop = {r["objective"]: r["core-seconds"] / (r["train GFLOPs"] / 1e3)
-                     for r in results if r["budget GFLOPs"] == cfg.budgets_gflops[-1]}
 first, last = cfg.budgets_gflops[0], cfg.budgets_gflops[-1]
-if cfg.check_quality:      # CI's budgets are a few steps: nothing to claim there
-    for budget in cfg.budgets_gflops:
-        for name in ("SimCLR", "MoCo"):       # at every budget, within one backbone: labels win
-            assert gain[("supervised ResNet", budget)] > gain[(name, budget)] + 5, (name, budget, gain)
-        assert gain[("supervised ViT", budget)] > gain[("MAE", budget)] + 5, (budget, gain)
-        assert abs(gain[("MoCo", budget)]) < 3, "MoCo has not taken off at any of these budgets"
-        assert gain[("MAE", budget)] < 3, "MAE's linear probe is not above its random init at these budgets"
-    assert gain[("SimCLR", last)] > gain[("SimCLR", first)] + 3, "SimCLR's gain grows with the budget"
-    # FLOPs are not seconds: MAE's small, token-shuffling steps cost more core-seconds per FLOP
-    # than either supervised run (on CPU; a GPU changes the ratios, not the point)
-    assert seconds_per_tflop["MAE"] > 1.5 * seconds_per_tflop["supervised ResNet"], seconds_per_tflop
-    assert seconds_per_tflop["MAE"] > 1.5 * seconds_per_tflop["supervised ViT"], seconds_per_tflop
+gain = {(r["objective"], r["budget GFLOPs"]): r["gain (points)"] for r in results}
+at_last = {r["objective"]: r for r in results if r["budget GFLOPs"] == last}
+seconds_per_tflop = {n: r["core-seconds"] / (r["train GFLOPs"] / 1e3) for n, r in at_last.items()}
+mae_vs_vit_seconds = seconds_per_tflop["MAE"] / seconds_per_tflop["supervised ViT"]
+mae_vs_vit_steps = at_last["MAE"]["steps"] / at_last["supervised ViT"]["steps"]
+mae_vs_vit_updates = at_last["MAE"]["of which updates"] / at_last["supervised ViT"]["of which updates"]
+mae_extra_seconds = at_last["MAE"]["core-seconds"] - at_last["supervised ViT"]["core-seconds"]
+mae_extra_update_seconds = at_last["MAE"]["of which updates"] - at_last["supervised ViT"]["of which updates"]
+# the binomial standard error of one probe's accuracy on the test set, at its worst (p = 1/2)
+probe_se_points = 100 * math.sqrt(0.25 / len(test.labels))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for budget in cfg.budgets_gflops:
+    if cfg.labels_margin is not None:     # within one backbone, labels win at every budget
+        for name in ("SimCLR", "MoCo"):
+            assert gain[("supervised ResNet", budget)] > gain[(name, budget)] + cfg.labels_margin, (name, budget, gain)
+        assert gain[("supervised ViT", budget)] > gain[("MAE", budget)] + cfg.labels_margin, (budget, gain)
+    if cfg.null_band is not None:         # no gain we can tell from the probe's noise
+        for name in ("SimCLR", "MoCo", "MAE"):
+            assert abs(gain[(name, budget)]) < cfg.null_band, (name, budget, gain)
+if cfg.supervised_min_gain is not None:   # ... while the supervised runs do learn
+    for name in ("supervised ResNet", "supervised ViT"):
+        assert gain[(name, last)] > cfg.supervised_min_gain, (name, gain)
+        assert gain[(name, last)] > gain[(name, first)] + cfg.labels_margin, (name, gain)
+if cfg.mae_seconds_ratio is not None:     # FLOPs are not seconds
+    assert mae_vs_vit_seconds > cfg.mae_seconds_ratio, seconds_per_tflop
+if cfg.mae_update_ratio is not None:
+    # the update is paid per step, not per FLOP: were it proportional to FLOPs, the two runs'
+    # update core-seconds (same FLOPs) would be about equal
+    assert mae_vs_vit_updates > cfg.mae_update_ratio, at_last
 
 # %%
 for budget in cfg.budgets_gflops:
     print(f"{budget:g} GFLOPs: gain over random init (points) — " + ", ".join(
         f"{name} {gain[(name, budget)]:+.1f}" for name in OBJECTIVES))
+print(f"One probe's accuracy on {len(test.labels)} test images has a standard error of at most "
+      f"{probe_se_points:.1f} points (one seed per run: the training noise is not measured). Thresholds "
+      f"from the config, in points: labels_margin={cfg.labels_margin}, supervised_min_gain="
+      f"{cfg.supervised_min_gain}, null_band={cfg.null_band}"
+      + (f" (= {cfg.null_band / probe_se_points:.1f} standard errors)" if cfg.null_band else "")
+      + "; None = no claim at this scale.")
+print(f"At the last budget ({last:g} GFLOPs) the runs took, in core-seconds: " + ", ".join(
+    f"{n} {r['core-seconds']:.0f}" for n, r in at_last.items()) + f" ({torch.get_num_threads()} threads).")
+print(f"MoCo's last budget buys {at_last['MoCo']['steps']} steps of {cfg.batch} images "
+      f"({at_last['MoCo']['images seen']} images), SimCLR's {at_last['SimCLR']['steps']} steps.")
 print("core-seconds per training TFLOP: " + ", ".join(f"{n} {s:.0f}" for n, s in seconds_per_tflop.items()))
-print(f"MAE took {seconds_per_tflop['MAE'] / seconds_per_tflop['supervised ViT']:.2f}x the core-seconds of the "
-      f"supervised ViT and {seconds_per_tflop['MAE'] / seconds_per_tflop['supervised ResNet']:.2f}x those of the "
-      f"supervised ResNet for the same FLOPs.")
+print(f"For the same FLOPs MAE took {mae_vs_vit_seconds:.2f}x the core-seconds of the supervised ViT "
+      f"(threshold mae_seconds_ratio={cfg.mae_seconds_ratio}). It ran {mae_vs_vit_steps:.1f}x as many steps, "
+      f"and its parameter updates took {mae_vs_vit_updates:.1f}x the supervised ViT's core-seconds "
+      f"(threshold mae_update_ratio={cfg.mae_update_ratio}): {mae_extra_update_seconds:.1f} of MAE's "
+      f"{mae_extra_seconds:.1f} extra core-seconds.")
 
 # %% [markdown]
 # Read the plot within a family. Only the supervised runs use the labels, so their probe is a
-# ceiling, not an opponent: at every budget each supervised run beats the self-supervised runs
-# of its own backbone by more than 5 points (asserted). At these budgets — minutes on two cores —
-# SimCLR's gain grows with the budget (asserted: by more than 3 points from the first budget to
-# the last), while MoCo stays within 3 points of its random init at every budget (asserted):
-# lesson 03 showed MoCo taking off only after many more steps than these budgets buy. MAE's
-# linear probe is not above its random init at any of these budgets (asserted: less than 3 points over it), although the supervised ViT beside it learns: a
-# reconstruction objective needs far longer, and even converged MAE features are known to be weak
-# under a *linear* probe (He et al. 2022 report a large gap between linear probing and
-# fine-tuning); lesson 04 measures what MAE does learn. A ranking *among* the self-supervised
-# objectives would need budgets at which all of them have left their floor; these budgets do not
-# reach that, so none is asserted, and a ranking read at any one of them should not be trusted.
+# ceiling, not an opponent: at every budget each supervised run beats the self-supervised runs of
+# its own backbone by more than `labels_margin` points, and by the last budget each has gained more
+# than `supervised_min_gain` points over its random init, and more than `labels_margin` points
+# over its own first budget (asserted; thresholds and values printed above).
 #
-# FLOPs are not seconds. The budget is matched in FLOPs, but MAE's steps (gathers, many small
-# matmuls on a handful of tokens, a decoder) spend time the FLOP count does not see: the core-seconds above, and the right-hand plot, are
-# the cost a reader actually pays. On this CPU, MAE needs more than one and a half times the
-# core-seconds per FLOP of either supervised run (asserted; the ratios are printed above).
+# None of the three self-supervised runs has a gain we can tell from noise at these budgets: each
+# stays within `null_band` points of its random init at every budget (asserted; the band is about
+# three standard errors of one probe, and with one seed per run even that is optimistic). That is
+# "no gain we can measure", not "no learning", and it is a statement about these budgets (their
+# core-seconds are printed above), not about the objectives. MoCo gets far fewer steps here than
+# lesson 03's default run (its steps and images are printed above), and lesson 03 saw it take off
+# only late; MAE's reconstruction objective needs far longer, and even converged MAE features are
+# known to be weak under a *linear* probe (He et al. 2022 report a large gap between linear
+# probing and fine-tuning); lesson 04 measures what MAE does learn. A ranking *among* the
+# self-supervised objectives would need budgets at which all of them have left their floor; these
+# budgets do not reach that, so none is asserted, and a ranking read at any one of them should not
+# be trusted.
+#
+# FLOPs are not seconds. The budget is matched in FLOPs, and C counts only matmuls. A step also
+# pays costs that do not grow with its FLOPs: the optimizer update over every parameter, the
+# Python and dispatch cost of launching each op, drawing the mask, gathering the visible tokens.
+# MAE's steps have fewer FLOPs than the supervised ViT's, so at the same budget it takes more steps
+# (the ratio is printed above) and pays those costs more often: its core-seconds per FLOP are more
+# than `mae_seconds_ratio` times the supervised ViT's (asserted). One of those costs is measured
+# on its own: MAE's parameter updates took more than `mae_update_ratio` times the supervised ViT's
+# core-seconds at the same FLOPs (asserted), which is what an update paid per step, not per FLOP,
+# predicts. The update explains only part of MAE's extra core-seconds (printed above); how the rest
+# splits between dispatch, masking and gathers is not measured here. The core-seconds, and the
+# right-hand plot, are the cost a reader actually pays on this machine.
 
 # %% [markdown]
 # ### C ≈ 6·N·D, checked on the kit's models
 #
 # For a dense model, each parameter does one multiply-add (2 FLOPs) per token forward and two
 # backward (gradients with respect to inputs and weights): C ≈ 6·N·D for N parameters and D
-# tokens. Measured with the ledger's FLOP counter for one training step:
+# tokens. The exact count, layer by layer, is what the rule approximates. A layer l with a weight
+# of N_l entries that one image uses P_l times (output positions H·W of a convolution, tokens of
+# a linear layer, 1 for a head that runs once per image) costs 2·N_l·P_l FLOPs per image
+# forward, 2·N_l·P_l for its weight gradient and 2·N_l·P_l for its input gradient — except the
+# first layer, whose input (the images) needs no gradient. Attention adds its two L×L matmuls
+# (QKᵀ and A·V: 4·L²·D FLOPs per block forward, three times that per training step) without
+# parameters. For a batch of B images:
+#
+# C = B · (6·Σ_l N_l·P_l − 2·N_1·P_1 + Σ_blocks 12·L²·D)
+#
+# Biases and normalisation parameters are in N but in no matmul. Written against 6·N·D, the exact
+# count is 6ND plus four corrections: attention (+), the first layer's missing input gradient
+# (−), parameters outside any matmul (−), and weights used more or fewer times than once per
+# token (±). Forward hooks read N_l, P_l and L from one forward pass; the ledger's FLOP counter
+# measures one training step, and the two must agree exactly.
 
 # %%
-def six_nd_row(name, model, inputs, targets, tokens):
+def weight_uses(model, images):
+    """-> (uses, attention) from one forward pass with hooks. uses: [(N_l, P_l)] for every
+    Linear/Conv2d in call order, N_l = weight entries, P_l = uses per image = output elements per
+    image / output channels; attention: [(L, D)] for every Attention call."""
+    uses, attention = [], []
+
+    def weight_hook(module, inputs, output):
+        channels = module.out_channels if isinstance(module, nn.Conv2d) else module.out_features
+        uses.append((module.weight.numel(), output.numel() // (output.shape[0] * channels)))
+
+    def attention_hook(module, inputs, output):
+        attention.append(tuple(inputs[0].shape[1:]))
+    hooks = [m.register_forward_hook(weight_hook) for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    hooks += [m.register_forward_hook(attention_hook) for m in model.modules() if isinstance(m, Attention)]
+    try:
+        with torch.no_grad():
+            model(images)
+    finally:
+        for h in hooks:
+            h.remove()
+    return uses, attention
+
+
+def step_flops_terms(model, images, tokens_per_image):
+    """One training step's matmul FLOPs as 6·N·D plus four corrections, D = B·tokens_per_image.
+    The terms sum to B·(6·Σ N_l·P_l − 2·N_1·P_1 + Σ 12·L²·D), the exact count."""
+    uses, attention = weight_uses(model, images)
+    b, n = len(images), count_parameters(model)
+    (first_weights, first_uses), weights = uses[0], sum(n_l for n_l, _ in uses)
+    return {"6ND": 6 * n * b * tokens_per_image,
+            "attention": b * sum(12 * tokens ** 2 * dim for tokens, dim in attention),
+            "first layer, no input gradient": -2 * b * first_weights * first_uses,
+            "params in no matmul": -6 * b * tokens_per_image * (n - weights),
+            "weights used ≠ once per token": 6 * b * sum(n_l * (p_l - tokens_per_image) for n_l, p_l in uses)}
+
+
+def six_nd_row(name, model, inputs, targets, tokens_per_image):
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
+
     def step():
         opt.zero_grad()
         F.cross_entropy(model(inputs), targets).backward()
-    flops = measure(step, model=model).flops
-    n = count_parameters(model)
-    return {"model": name, "N params": n, "D tokens": tokens, "measured FLOPs": flops,
-            "6ND": 6 * n * tokens, "measured / 6ND": flops / (6 * n * tokens)}
+    measured = measure(step, model=model).flops
+    terms = step_flops_terms(model, inputs, tokens_per_image)
+    return {"model": name, "N params": count_parameters(model), "D": len(inputs) * tokens_per_image,
+            "measured FLOPs": measured, "exact sum": sum(terms.values()),
+            "measured / 6ND": measured / terms["6ND"],
+            **{f"{k} / 6ND": v / terms["6ND"] for k, v in terms.items() if k != "6ND"}}
 
 
 b = 32
 xs, ys = torch.rand(b, 3, 32, 32, device=device), torch.randint(0, 10, (b,), device=device)
 torch.manual_seed(0)
 mlp_6nd = MLP(3 * 32 * 32, 1024, 10, layers=3).to(device)
+vit_6nd = ViT(image_size=32, patch_size=8, dim=256, depth=4, heads=4, num_classes=10).to(device)
+cnn_6nd = SmallResNet(width=16, num_classes=10).to(device)
 rows_6nd = [
-    six_nd_row("MLP 3072-1024-1024-10", mlp_6nd, xs, ys, b),
-    six_nd_row("ViT dim 256, 4 blocks, 16 tokens", ViT(image_size=32, patch_size=8, dim=256, depth=4, heads=4,
-                                                       num_classes=10).to(device), xs, ys, b * 16),
-    six_nd_row("SmallResNet width 16 (conv)", SmallResNet(width=16, num_classes=10).to(device), xs, ys, b),
+    six_nd_row("MLP 3072-1024-1024-10 (D = images)", mlp_6nd, xs, ys, 1),
+    six_nd_row(f"ViT dim 256, 4 blocks (D = images × {vit_6nd.num_patches} tokens)", vit_6nd, xs, ys,
+               vit_6nd.num_patches),
+    six_nd_row("SmallResNet width 16 (D = images)", cnn_6nd, xs, ys, 1),
 ]
 show_table(rows_6nd)
+mlp_row, vit_row, cnn_row = rows_6nd
 mlp_r, vit_r, cnn_r = (r["measured / 6ND"] for r in rows_6nd)
-# the first layer needs no input gradient: 4 FLOPs per weight instead of 6
+CORRECTIONS = ("attention", "first layer, no input gradient", "params in no matmul", "weights used ≠ once per token")
+VIT_6ND_TOLERANCE, CNN_MISFIT = 0.02, 2      # the claims below: "within 2%", "off by more than 2x"
 first_layer_share = (3 * 32 * 32 * 1024) / count_parameters(mlp_6nd)
 mlp_predicted = 1 - first_layer_share / 3
-print(f"MLP: measured {mlp_r:.3f} of 6ND; the first layer holds {100 * first_layer_share:.0f}% of the "
-      f"weights and costs 4 instead of 6 FLOPs each, which predicts 1 - {first_layer_share:.3f}/3 = "
-      f"{mlp_predicted:.3f}. ViT: {vit_r:.3f} of 6ND. CNN: {cnn_r:.0f}x 6ND with D counted in images.")
+# the CNN against 6ND with D counted in positions, at each resolution its convolutions work at
+cnn_positions = sorted({p_l for _, p_l in weight_uses(cnn_6nd, xs)[0] if p_l > 1}, reverse=True)
+cnn_vs_positions = {p: cnn_row["measured FLOPs"] / (6 * cnn_row["N params"] * b * p) for p in cnn_positions}
 
 # %%
 # NBVAL_CHECK_OUTPUT
-assert abs(mlp_r - mlp_predicted) < 0.01, (mlp_r, mlp_predicted)   # biases are the only other term
-assert 0.98 < vit_r < 1.02, "transformer with few tokens: within 2% of 6ND"
-assert cnn_r > 20, "a conv reuses each weight at every position: 6ND with D = images does not apply"
+for r in rows_6nd:      # the layer-by-layer sum is the counter's number, to the FLOP
+    assert r["measured FLOPs"] == r["exact sum"], r
+assert abs(mlp_r - mlp_predicted) < 0.01, (mlp_r, mlp_predicted)   # the first layer is the only big term
+assert abs(vit_r - 1) < VIT_6ND_TOLERANCE, "transformer with few tokens: 6ND is close"
+assert all(abs(vit_row[k + " / 6ND"]) < VIT_6ND_TOLERANCE for k in CORRECTIONS), vit_row
+# counting D in positions at the first stage's resolution undercounts, at the last stage's overcounts
+assert cnn_vs_positions[cnn_positions[0]] < 1 / CNN_MISFIT and cnn_vs_positions[cnn_positions[-1]] > CNN_MISFIT, \
+    cnn_vs_positions
+
+# %%
+print(f"MLP: measured {mlp_r:.3f} of 6ND; the first layer holds {100 * first_layer_share:.0f}% of the "
+      f"weights and costs 4 instead of 6 FLOPs each, which predicts 1 - {first_layer_share:.3f}/3 = "
+      f"{mlp_predicted:.3f}; biases add {100 * mlp_row['params in no matmul / 6ND']:+.2f}%.")
+print(f"ViT ({vit_6nd.num_patches} tokens of width {vit_6nd.dim}): measured {vit_r:.4f} of 6ND = 1 " + " ".join(
+    f"{100 * vit_row[k + ' / 6ND']:+.2f}% ({k})" for k in CORRECTIONS)
+      + f"; asserted: total and each term within {100 * VIT_6ND_TOLERANCE:.0f}%.")
+print(f"CNN: {cnn_r:.0f}x 6ND with D counted in images; with D counted in positions: " + ", ".join(
+    f"{r:.2f} at {p} positions per image" for p, r in cnn_vs_positions.items())
+      + f" (asserted: off by more than {CNN_MISFIT}x at the first stage's and at the last stage's resolution).")
 
 # %% [markdown]
-# The MLP is not "slightly" under 6ND: it is under by the first layer's share of the weights
-# divided by three (printed above), because nobody needs the gradient of the raw input — and in
-# this MLP the first layer holds most of the weights. In a deep network, where the first layer is
-# a sliver of N, the same effect is negligible. The ViT lands within 2% of 6ND (asserted; the
-# ratio is printed above) because two small effects pull in opposite directions: its patch embedding is a first
-# layer that needs no input gradient (under 6ND), and attention adds 4·L·D FLOPs per token per
-# block without parameters (over 6ND); with 16 tokens both are small. For the CNN the rule needs D counted in
-# *positions*, not images — the rule is about dense parameters used once per token.
+# The layer-by-layer sum equals the counter's number exactly for all three models (asserted),
+# so the corrections to 6ND printed above are the whole story. The MLP is not "slightly" under
+# 6ND: it is under by the first layer's share of the weights divided by three, because nobody
+# needs the gradient of the raw input — and in this MLP the first layer holds most of the
+# weights. In a deep network, where the first layer is a sliver of N, the same effect is
+# negligible. The ViT lands close to 6ND (asserted, tolerance printed) because each of its four
+# corrections is small (each asserted within the same tolerance) and they partly cancel:
+# attention's L×L matmuls add; the patch embedding's missing input gradient, the biases and
+# LayerNorms (in N, in no matmul) and the head (which runs once per image, not once per token)
+# subtract. Per image and block, attention costs 12·L²·D against 6·N_block·L for the block's
+# weights, so its share grows with the number of tokens L: with long sequences 6ND undercounts. For the CNN no single D works: each
+# convolution reuses its weight at every output position, and the stages work at different
+# resolutions, so D counted in positions at the first stage's resolution undercounts and at the
+# last stage's overcounts, each by more than the factor printed (asserted); a resolution in
+# between lands nearer by the accident of this architecture, not by a rule. The per-layer sum,
+# 6·Σ N_l·P_l less the stem's missing input gradient, is exact.
 
 # %% [markdown]
 # ### Allocation: at a fixed C, which model size? And how does the answer move as C grows?
@@ -331,10 +536,14 @@ assert cnn_r > 20, "a conv reuses each weight at every position: 6ND with D = im
 # a task where data never repeats (so a small model sees *more* distinct examples, never the same
 # ones again — no overfitting) and where capacity matters. A procedural task gives both for free:
 # inputs x ~ N(0, I) of dimension `ALLOC_DIM`, drawn fresh at every step, labelled by a fixed,
-# randomly initialised "teacher" MLP (`ALLOC_CLASSES` classes: the argmax of its outputs). The students are 2-layer MLPs
-# of hidden width h; a run with budget C gets steps = C / (6·N(h)·B), so every example is seen
-# once (one epoch by construction), and the learning rate decays linearly to zero over *its own*
-# run length. Test loss on held-out examples from the same teacher, at several budgets C.
+# randomly initialised "teacher" MLP (`ALLOC_CLASSES` classes: the argmax of its outputs). The
+# students are 2-layer MLPs of hidden width h. For these MLPs 6ND overstates a step's FLOPs (the
+# first layer holds most of the weights and needs no input gradient, as above), so a run with
+# budget C gets steps = C / (exact FLOPs of one step of B examples), from the layer-by-layer sum
+# above; every example is seen once (one epoch by construction), and the learning rate decays
+# linearly to zero over *its own* run length. Every (C, h) point is trained with each seed in
+# `alloc_seeds` (initialisation and example stream), and scored by test loss on held-out
+# examples from the same teacher; the spread between seeds is the noise the claims must beat.
 
 # %%
 ALLOC_DIM, ALLOC_CLASSES = 16, 4
@@ -352,81 +561,125 @@ def teacher_examples(generator, n):
 x_test, y_test = teacher_examples(torch.Generator().manual_seed(10_000), 4000)
 
 
-def train_student(hidden, c_flops):
-    torch.manual_seed(cfg.seed)
+def train_student(hidden, c_flops, seed):
+    torch.manual_seed(seed)
     net = MLP(ALLOC_DIM, hidden, ALLOC_CLASSES, layers=2).to(device)
-    n = count_parameters(net)
-    steps = max(1, int(c_flops // (6 * n * cfg.alloc_batch)))
+    step_flops = sum(step_flops_terms(net, x_test[:cfg.alloc_batch], tokens_per_image=1).values())
+    steps = max(1, int(c_flops // step_flops))
     opt = torch.optim.Adam(net.parameters(), lr=3e-3)
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1 - i / steps)
-    stream = torch.Generator().manual_seed(cfg.seed)      # the same example stream for every width
+    stream = torch.Generator().manual_seed(seed)      # per seed, the same example stream for every width
     fit(make_step(Supervised(net), opt, scheduler=schedule),
         lambda epoch: (teacher_examples(stream, cfg.alloc_batch) for _ in range(steps)), steps=steps,
         progress=False)
     with torch.no_grad():
         logits = net(x_test)
-    return {"C FLOPs": c_flops, "hidden": hidden, "N params": n, "steps": steps,
-            "examples seen": steps * cfg.alloc_batch, "test loss": F.cross_entropy(logits, y_test).item(),
+    return {"C FLOPs": c_flops, "hidden": hidden, "seed": seed, "N params": count_parameters(net),
+            "steps": steps, "examples seen": steps * cfg.alloc_batch,
+            "FLOPs / step vs 6NB": step_flops / (6 * count_parameters(net) * cfg.alloc_batch),
+            "test loss": F.cross_entropy(logits, y_test).item(),
             "test acc": (logits.argmax(1) == y_test).float().mean().item()}
 
 
-start = core_seconds()
-alloc = [train_student(h, c) for c in cfg.alloc_budgets_flops for h in cfg.alloc_widths]
-alloc_seconds = core_seconds() - start
+grid = [(c, h, s) for c in cfg.alloc_budgets_flops for h in cfg.alloc_widths for s in cfg.alloc_seeds]
+threads = torch.get_num_threads()
+torch.set_num_threads(1)      # students this small gain nothing from a second thread, only its waiting
+try:
+    start = core_seconds()
+    runs = [train_student(h, c, s) for c, h, s in tqdm(grid, desc="allocation runs")]
+    alloc_seconds = core_seconds() - start
+finally:
+    torch.set_num_threads(threads)
+alloc = []                    # one row per (C, width): the mean over seeds, and their spread
+for c in cfg.alloc_budgets_flops:
+    for h in cfg.alloc_widths:
+        seeds = [r for r in runs if r["C FLOPs"] == c and r["hidden"] == h]
+        losses = [r["test loss"] for r in seeds]
+        alloc.append({**{k: seeds[0][k] for k in ("C FLOPs", "hidden", "N params", "steps", "examples seen",
+                                                  "FLOPs / step vs 6NB")},
+                      "test loss": sum(losses) / len(losses), "best seed": min(losses), "worst seed": max(losses),
+                      "seed spread": max(losses) - min(losses),
+                      "test acc": sum(r["test acc"] for r in seeds) / len(seeds)})
 show_table(alloc)
 best = {c: min((r for r in alloc if r["C FLOPs"] == c), key=lambda r: r["test loss"])
         for c in cfg.alloc_budgets_flops}
+seed_spread = max(r["seed spread"] for r in alloc)
 fig, ax = plt.subplots(figsize=(5.5, 3.5))
 for c in cfg.alloc_budgets_flops:
     rows = [r for r in alloc if r["C FLOPs"] == c]
-    line, = ax.semilogx([r["N params"] for r in rows], [r["test loss"] for r in rows], "o-", label=f"C = {c:.0e}")
-    ax.plot(best[c]["N params"], best[c]["test loss"], "*", ms=14, color=line.get_color())
-ax.set_xlabel("parameters N (at fixed C)"); ax.set_ylabel("test loss"); ax.legend(); plt.show()
+    line = ax.errorbar([r["N params"] for r in rows], [r["test loss"] for r in rows],
+                       yerr=[[r["test loss"] - r["best seed"] for r in rows], [r["worst seed"] - r["test loss"] for r in rows]],
+                       fmt="o-", capsize=3, label=f"C = {c:.1e}")
+    ax.plot(best[c]["N params"], best[c]["test loss"], "*", ms=14, color=line[0].get_color())
+ax.set_xscale("log")
+ax.set_xlabel("parameters N (at fixed C)"); ax.set_ylabel(f"test loss (mean of {len(cfg.alloc_seeds)} seeds)")
+ax.set_title("bars: best to worst seed"); ax.legend(); plt.show()
 for c in cfg.alloc_budgets_flops:
-    print(f"C = {c:.0e} FLOPs: best hidden {best[c]['hidden']} ({best[c]['N params']} params, "
+    print(f"C = {c:.1e} FLOPs: best hidden {best[c]['hidden']} ({best[c]['N params']} params, "
           f"{best[c]['examples seen']} fresh examples)")
-print(f"{len(alloc)} runs in {alloc_seconds:.0f} core-seconds")
+ratios = [r["FLOPs / step vs 6NB"] for r in alloc]
+print(f"A step costs {min(ratios):.3f}-{max(ratios):.3f} of 6·N·B across these widths. "
+      f"Largest seed-to-seed spread of a point's test loss: {seed_spread:.3f} nats. "
+      f"{len(runs)} runs in {alloc_seconds:.0f} core-seconds on one thread.")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 best_hidden = [best[c]["hidden"] for c in cfg.alloc_budgets_flops]
+point = {(r["C FLOPs"], r["hidden"]): r for r in alloc}
+
+
+def worse_in_every_seed(c, worse, better):
+    """At budget c, every seed of width `worse` ends above every seed of width `better`."""
+    return point[(c, worse)]["best seed"] > point[(c, better)]["worst seed"]
+
+
 if cfg.alloc_check:
     smallest, largest = cfg.alloc_budgets_flops[0], cfg.alloc_budgets_flops[-1]
-    assert all(a <= b for a, b in zip(best_hidden, best_hidden[1:])), "the best width never moves left"
     assert best_hidden[-1] > best_hidden[0], "more compute moves the best width right"
-    loss = {(r["C FLOPs"], r["hidden"]): r["test loss"] for r in alloc}
+    # the move is not noise: each budget's best width beats the other's in every seed
+    assert worse_in_every_seed(largest, best_hidden[0], best_hidden[-1]), point
+    assert worse_in_every_seed(smallest, best_hidden[-1], best_hidden[0]), point
     # the two sides of the trade-off: at the smallest C the widest model gets too few steps,
     # at the largest C the narrowest model cannot use its data
-    assert loss[(smallest, cfg.alloc_widths[-1])] > best[smallest]["test loss"] + 0.05
-    assert loss[(largest, cfg.alloc_widths[0])] > best[largest]["test loss"] + 0.05
+    assert worse_in_every_seed(smallest, cfg.alloc_widths[-1], best_hidden[0]), point
+    assert worse_in_every_seed(largest, cfg.alloc_widths[0], best_hidden[-1]), point
 
 # %% [markdown]
 # At a fixed budget a model too large gets too few steps and one too small cannot use the data
-# it sees; as C grows, the best width moves right (asserted: it never moves left, and it is
-# larger at the largest budget than at the smallest — between neighbouring budgets it may stay on
-# the same point of this coarse grid), and the data it is trained on grows with it.
-# Parameters, data and training amount are allocated *together*: that is the shape the
-# scaling-law papers fit — here at a toy scale, on a toy task.
+# it sees: at the smallest budget the widest student, and at the largest the narrowest, ends
+# above the best width's test loss in every seed (asserted: every seed of the one is worse than
+# every seed of the other). As C grows, the best width (by the mean over seeds) moves right
+# (asserted: it is larger at the largest budget than at the smallest, and at each of those two
+# budgets its best width beats the other's in every seed). Between neighbouring budgets it may
+# stay on the same point of this coarse grid. How the data at the best width moves is not
+# resolved here: one step of the width grid multiplies N by about as much as one budget step
+# multiplies C, so the best point can move along a line of nearly constant data — the fresh
+# examples the best student sees are printed above. Parameters, data and training amount are
+# allocated *together*: that is the shape the scaling-law papers fit — here at a toy scale, on a
+# toy task.
 #
-# What this cannot tell you: the *exponents*. With one seed per point, a coarse grid of widths and
-# only a few budgets, the best width is known only to within one grid step (neighbouring widths
-# can be within noise of each other), so "N* grows like C^a" cannot be fitted (Kaplan et al. 2020 and Hoffmann et al. 2022 disagree on a
-# using hundreds of runs). The learning rate is one value for every width, not tuned per size;
-# the task is a random teacher, not language or images; and a Gaussian-input MLP has nothing
-# like attention, embeddings or a data distribution with a long tail.
+# What this cannot tell you: the *exponents*. With a few seeds per point, a coarse grid of widths
+# and only a few budgets, the best width is known only to within one grid step, so "N* grows like
+# C^a" cannot be fitted (Kaplan et al. 2020 and Hoffmann et al. 2022 disagree on the exponent a,
+# each fitted on hundreds of runs). The learning rate is one value for every width, not tuned per
+# size; the task is a random teacher, not language or images; and a Gaussian-input MLP has
+# nothing like attention, embeddings or a data distribution with a long tail.
 
 # %% [markdown]
 # ## The boundary
 #
 # - The matched-budget comparison counts matmul FLOPs only (augmentation, normalisation, masking
-#   and the optimizer are not in C), which is why core-seconds per FLOP differ between objectives.
-#   It measures one small model per family, one seed, one learning rate per family, a few budgets
-#   of minutes each and a constant learning rate: it says where each objective *spends*
-#   compute and what each buys at these budgets, not which one wins at scale (there, SSL
-#   pre-training is judged by fine-tuning and transfer, not by a linear probe after minutes).
+#   and the optimizer update are not in C), which is one reason why core-seconds per FLOP differ
+#   between objectives. It measures one small model per family, one seed, one learning rate per
+#   family, a few budgets (their core-seconds are printed above) and a constant learning rate: it
+#   says where each objective *spends* compute and what each buys at these budgets, not which one
+#   wins at scale (there, SSL pre-training is judged by fine-tuning and transfer, not by a linear
+#   probe after a short run). The gpu scale runs the same code but asserts none of these claims:
+#   they were tuned on the CPU default and never measured there.
 # - C ≈ 6ND holds for dense layers used once per token. It ignores attention's L²-term (large for
-#   long sequences), counts D in tokens (images × patches for a ViT, positions for a CNN), and
-#   says nothing about memory.
+#   long sequences) and the first layer's missing input gradient, needs D in tokens (images ×
+#   patches for a ViT) and has no single D for a CNN whose stages work at different resolutions
+#   (the layer-by-layer sum above is exact), and says nothing about memory.
 # - The allocation experiment shows that the best model size grows with compute when data never
 #   repeat; it does not say how fast, nor where the optimum lies for real models.
 
@@ -523,6 +776,7 @@ assert mlp_step_flops(16, 64, 32, 10) == _measured(16, 64, 32, 10)
 # %% [raw]
 # # END QUESTION
 
+
 # %% [markdown]
 # ## Summary
 
@@ -531,9 +785,11 @@ headline(
     flops_per_image_simclr_vs_supervised=flops_vs_supervised["SimCLR"],
     flops_per_image_moco_vs_supervised=flops_vs_supervised["MoCo"],
     flops_per_image_mae_vs_supervised_vit=flops_vs_supervised["MAE"],
+    mae_encoder_block_flops_vs_supervised_vit=mae_blocks_measured,
     **{f"gain_points_{n.replace(' ', '_')}_at_{last:g}_gflops": gain[(n, last)] for n in OBJECTIVES},
-    mae_core_seconds_per_flop_vs_supervised_resnet=seconds_per_tflop["MAE"] / seconds_per_tflop["supervised ResNet"],
+    mae_core_seconds_per_flop_vs_supervised_vit=mae_vs_vit_seconds,
     mlp_flops_over_6nd=mlp_r,
     vit_flops_over_6nd=vit_r,
     best_alloc_hidden=" -> ".join(str(h) for h in best_hidden),
+    alloc_seed_spread_nats=seed_spread,
 )

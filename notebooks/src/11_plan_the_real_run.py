@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 11 · Plan the real run
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/11_plan_the_real_run.ipynb)
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/11_plan_the_real_run.ipynb)
 #
 # Every lesson so far measured the ledger of a step that fits on a laptop. The question you bring
 # from a paper, or from work, is about a step that does not: SimCLR's ResNet-50 at batch 4096,
@@ -15,7 +15,7 @@ import sys
 if "google.colab" in sys.modules:
     import subprocess
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "git+https://github.com/training-ledger/course-kit.git"], check=True)
+                    "git+https://github.com/training-ledger/course-kit.git@main"], check=True)
 
 # %% tags=["parameters"]
 import os

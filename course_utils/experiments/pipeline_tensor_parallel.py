@@ -2,7 +2,10 @@
 
 - ``pipeline_two_stages``: torch.distributed.pipelining runs GPipe and 1F1B over ``world_size``
   stages of a deep MLP (``distributed.pipeline.stage_slice``); each stage's gradients are compared
-  with the unsplit model's.
+  with the unsplit model's, and the micro-batches whose activations it holds at once are counted
+  (``distributed.pipeline_trace.StageTrace``).
+- ``pipeline_zero_bubble``: torch's zero-bubble schedules (ZB-H1 and ZB-V, backward split into
+  input and weight parts) in fp64, with the action order each rank ran and its live activations.
 - ``tensor_parallel_mlp``: the Megatron column-then-row MLP (``distributed.tensor_parallel``)
   against the unsplit MLP and against torch's own DTensor version, all-reduces counted.
 - ``context_parallel``: ring attention (``distributed.context_parallel``) on a sequence split
@@ -18,24 +21,56 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from course_utils import checks
 from course_utils.distributed.comm_count import CollectiveCounter
 from course_utils.distributed.context_parallel import (Ring, ring_attention, ring_bytes_per_step,
                                                        score_blocks, split_sequence)
 from course_utils.distributed.launcher import worker_device
 from course_utils.distributed.pipeline import stage_slice
+from course_utils.distributed.pipeline_trace import StageTrace
 from course_utils.distributed.tensor_parallel import ColumnRowMLP
 from course_utils.experiments.toys import make_stack, make_transformer_mlp, random_pair, settings
 
+ZERO_BUBBLE_SCHEDULES = ("zb_h1", "zbv")
 PIPELINE_DEFAULTS = dict(width=32, depth=4, batch=16, microbatches=4, seed=0)
 TENSOR_PARALLEL_DEFAULTS = dict(hidden=32, batch=8, seed=0)
 CONTEXT_DEFAULTS = dict(batch=2, sequence=32, dim=16, seed=0)
 CONTEXT_ARMS = {"full": (False, False), "causal": (True, False), "causal zig-zag": (True, True)}
 
 
+def _pipeline_step(schedule_class, stage_ids, num_stages, c, x, y, dtype):
+    """Build this rank's stages ``stage_ids`` (of ``num_stages``) of the toy stack and run one
+    ``schedule_class`` step on them, traced; return (parts, trace, losses, schedule)."""
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+    device = x.device
+    parts = [stage_slice(make_stack(c.width, c.depth, c.seed, head=True).to(dtype), s, num_stages)
+             .to(device) for s in stage_ids]
+    stages = [PipelineStage(part, stage_index=s, num_stages=num_stages, device=device)
+              for s, part in zip(stage_ids, parts)]
+    single = issubclass(schedule_class, PipelineScheduleSingle)
+    # loss_fn per micro-batch; the schedule divides the summed grads by m (scale_grads)
+    schedule = schedule_class(stages[0] if single else stages, n_microbatches=c.microbatches,
+                              loss_fn=F.mse_loss)
+    losses: list = []
+    inputs = (x,) if 0 in stage_ids else ()
+    targets = dict(target=y, losses=losses) if num_stages - 1 in stage_ids else {}
+    with StageTrace(stages) as trace:
+        schedule.step(*inputs, **targets)
+    return parts, trace, losses, schedule
+
+
+def _grad_gap(parts, stage_ids, num_stages, full) -> float:
+    """max |grad - unsplit model's grad| over this rank's stages."""
+    return max((p.grad - r.grad).abs().max().item() for part, s in zip(parts, stage_ids)
+               for p, r in zip(part.parameters(), stage_slice(full, s, num_stages).parameters()))
+
+
 def pipeline_two_stages(rank: int, world_size: int, cfg: dict | None = None) -> dict:
     """Train one step with GPipe and with 1F1B (torch.distributed.pipelining) on world_size stages;
-    return each stage's gradients and their max difference from the unsplit model's."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    return each stage's max gradient difference from the unsplit model's, and the most
+    micro-batches whose activations the stage held at once (``pipeline_trace.StageTrace``)."""
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
     if world_size < 2:
         raise ValueError(f"a pipeline needs at least 2 stages (ranks), got world_size={world_size}; "
                          "launch it with 2 or more ranks")
@@ -44,27 +79,56 @@ def pipeline_two_stages(rank: int, world_size: int, cfg: dict | None = None) -> 
     x, y = random_pair(c.batch, c.width, c.width, c.seed, device=device)
     full = make_stack(c.width, c.depth, c.seed, head=True).to(device)
     F.mse_loss(full(x), y).backward()   # the reference: one process, whole batch
-    reference = [p.grad.clone() for p in stage_slice(full, rank, world_size).parameters()]
     result = {}
     for name, schedule_class in (("gpipe", ScheduleGPipe), ("1f1b", Schedule1F1B)):
-        part = stage_slice(make_stack(c.width, c.depth, c.seed, head=True), rank, world_size).to(device)
-        stage = PipelineStage(part, stage_index=rank, num_stages=world_size, device=device)
-        # loss_fn per micro-batch; the schedule divides the summed grads by m (scale_grads)
-        schedule = schedule_class(stage, n_microbatches=c.microbatches, loss_fn=F.mse_loss)
-        losses: list = []
-        if rank == 0:
-            schedule.step(x)
-        elif rank == world_size - 1:
-            schedule.step(target=y, losses=losses)
-        else:
-            schedule.step()
-        grads = [p.grad for p in part.parameters()]
-        result[name] = {"grad_diff": max((a - b).abs().max().item() for a, b in zip(grads, reference)),
+        parts, trace, losses, _ = _pipeline_step(schedule_class, [rank], world_size, c, x, y,
+                                                 torch.float32)
+        result[name] = {"grad_diff": _grad_gap(parts, [rank], world_size, full),
                         "loss": torch.stack(losses).mean().item() if losses else None,
-                        "params_on_this_stage": sum(p.numel() for p in part.parameters())}
+                        "params_on_this_stage": sum(p.numel() for p in parts[0].parameters()),
+                        "peak_microbatches_alive": trace.peak[rank],
+                        "alive_after_step": trace.alive()}
         dist.barrier()
     result["loss_unsplit"] = F.mse_loss(full(x), y).item()
-    result["grad_scale"] = max(g.abs().max().item() for g in reference)
+    result["grad_scale"] = max(p.grad.abs().max().item() for p in full.parameters())
+    return result
+
+
+def zero_bubble_stages(schedule: str, rank: int, world_size: int) -> list[int]:
+    """The stages rank holds: "zb_h1" one (stage = rank); "zbv" two in a V, rank and 2p-1-rank,
+    so rank 0 holds the first and the last stage (the ZB-V paper's placement)."""
+    checks.choice(schedule, "schedule", ZERO_BUBBLE_SCHEDULES)
+    return [rank] if schedule == "zb_h1" else [rank, 2 * world_size - 1 - rank]
+
+
+def pipeline_zero_bubble(rank: int, world_size: int, cfg: dict | None = None) -> dict:
+    """torch's own zero-bubble schedules, one fp64 step each, traced: "zb_h1" is
+    ``ScheduleInterleavedZeroBubble`` with one stage per rank (the paper's ZB-H1 / torch's ZB1P),
+    "zbv" ``ScheduleZBVZeroBubble`` with two stages per rank in a V. Per schedule: max gradient
+    gap to the unsplit model, mean loss (last-stage rank), the schedule's own ``pipeline_order``
+    for this rank ("-" an idle slot), the actions it executed, peak live micro-batches per stage."""
+    from torch.distributed.pipelining import ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble
+    if world_size < 2:
+        raise ValueError(f"a pipeline needs at least 2 ranks, got world_size={world_size}")
+    c = settings(cfg, PIPELINE_DEFAULTS)
+    device = worker_device()
+    x, y = random_pair(c.batch, c.width, c.width, c.seed, dtype=torch.float64, device=device)
+    full = make_stack(c.width, c.depth, c.seed, head=True).to(torch.float64).to(device)
+    F.mse_loss(full(x), y).backward()
+    result = {"loss_unsplit": F.mse_loss(full(x), y).item(),
+              "grad_scale": max(p.grad.abs().max().item() for p in full.parameters())}
+    classes = {"zb_h1": ScheduleInterleavedZeroBubble, "zbv": ScheduleZBVZeroBubble}
+    for name in ZERO_BUBBLE_SCHEDULES:
+        ids = zero_bubble_stages(name, rank, world_size)
+        num_stages = len(ids) * world_size
+        parts, trace, losses, schedule = _pipeline_step(classes[name], ids, num_stages, c, x, y,
+                                                        torch.float64)
+        result[name] = {"stages": ids, "grad_diff": _grad_gap(parts, ids, num_stages, full),
+                        "loss": torch.stack(losses).mean().item() if losses else None,
+                        "order": [str(a) if a is not None else "-" for a in schedule.pipeline_order[rank]],
+                        "executed": trace.executed, "peak_microbatches_alive": trace.peak,
+                        "peak_on_rank": trace.peak_rank, "alive_after_step": trace.alive()}
+        dist.barrier()
     return result
 
 
@@ -175,7 +239,8 @@ def context_parallel(rank: int, world_size: int, cfg: dict | None = None) -> dic
     return result
 
 
-pipeline_two_stages.min_world_size = 2      # tools/gpu_check.py skips it on one GPU
+pipeline_two_stages.min_world_size = 2      # tools/gpu_check.py skips these on one GPU
+pipeline_zero_bubble.min_world_size = 2
 
 
 def suite(rank: int, world_size: int, cfg: dict | None = None) -> dict:
@@ -183,6 +248,7 @@ def suite(rank: int, world_size: int, cfg: dict | None = None) -> dict:
     ring attention (context parallel)."""
     cfg = cfg or {}
     return {"pipeline": pipeline_two_stages(rank, world_size, cfg.get("pipeline")),
+            "zero_bubble": pipeline_zero_bubble(rank, world_size, cfg.get("pipeline")),
             "tensor_parallel": tensor_parallel_mlp(rank, world_size, cfg.get("tensor_parallel")),
             "context_parallel": context_parallel(rank, world_size, cfg.get("context_parallel"))}
 

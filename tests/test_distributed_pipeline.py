@@ -91,6 +91,87 @@ def test_real_two_stage_pipeline_gradients_equal_unsplit(ranks):
     assert total == sum(p.numel() for p in toys.make_stack(32, 4, 0, head=True).parameters())
 
 
+def test_real_gpipe_and_1f1b_hold_the_simulators_peak_activations(ranks):
+    """Measured from autograd's saved tensors: GPipe m on every stage, 1F1B p - s on stage s."""
+    p, m = len(ranks), lesson.PIPELINE_DEFAULTS["microbatches"]
+    for schedule in ("gpipe", "1f1b"):
+        measured = [r["pipeline"][schedule]["peak_microbatches_alive"] for r in ranks]
+        assert measured == [pp.simulate(schedule, p, m).peak_activations(d) for d in range(p)]
+        assert all(r["pipeline"][schedule]["alive_after_step"] == 0 for r in ranks)
+    assert [r["pipeline"]["1f1b"]["peak_microbatches_alive"] for r in ranks] == [2, 1]
+
+
+def test_torch_zero_bubble_schedules_run_with_exact_fp64_gradients(ranks):
+    for r in ranks:
+        zb = r["zero_bubble"]
+        for name in lesson.ZERO_BUBBLE_SCHEDULES:
+            assert zb[name]["grad_diff"] < 1e-12 * max(1.0, zb["grad_scale"]), name
+            assert zb[name]["loss"] is None or zb[name]["loss"] == pytest.approx(zb["loss_unsplit"], abs=1e-12)
+            assert zb[name]["alive_after_step"] == 0
+    # the loss lives on the rank holding the last stage: rank 1 for ZB-H1, rank 0 for ZB-V's V
+    assert [r["zero_bubble"]["zb_h1"]["loss"] is not None for r in ranks] == [False, True]
+    assert [r["zero_bubble"]["zbv"]["loss"] is not None for r in ranks] == [True, False]
+
+
+def test_torch_zb_h1_order_is_the_simulators_and_holds_its_peak(ranks):
+    from course_utils.distributed import pipeline_orders as po
+    p, m = len(ranks), lesson.PIPELINE_DEFAULTS["microbatches"]
+    simulated = po.simulate_order("zb_h1", p, m)
+    for rank, (r, order) in enumerate(zip(ranks, po.orders("zb_h1", p, m))):
+        zb = r["zero_bubble"]["zb_h1"]
+        ran = [f"{stage}{kind}{mb}" for kind, stage, mb in zb["executed"]]
+        assert ran == [a for a in zb["order"] if a != "-"]             # the trace saw the order run
+        assert ran == [f"{rank}{kind}{mb}" for kind, _, mb in order]   # the simulator's ZB-H1
+        assert zb["peak_microbatches_alive"] == {rank: simulated.peak_activations(rank)} == {rank: p}
+
+
+def test_torch_zbv_places_stages_in_a_v_and_holds_p_microbatches_worth(ranks):
+    p = len(ranks)
+    for rank, r in enumerate(ranks):
+        zbv = r["zero_bubble"]["zbv"]
+        assert zbv["stages"] == lesson.zero_bubble_stages("zbv", rank, p) == [rank, 2 * p - 1 - rank]
+        assert {kind for kind, _, _ in zbv["executed"]} == {"F", "I", "W"}
+        assert zbv["peak_on_rank"] == 2 * p                            # 2p half-size chunks
+
+
+def test_stage_trace_counts_live_microbatches_and_restores_the_stage():
+    """One process, a stand-in stage: forwards of 3 micro-batches, then backwards in order."""
+    import torch
+    from course_utils.distributed.pipeline_trace import StageTrace
+
+    class FakeStage:
+        stage_index = 5
+
+        def __init__(self):
+            self.submod = torch.nn.Linear(4, 4)
+            self.out = {}
+
+        def forward_one_chunk(self, chunk, x):
+            self.out[chunk] = torch.tanh(self.submod(x)).sum()
+
+        def backward_one_chunk(self, chunk, full_backward=True):
+            self.out.pop(chunk).backward()
+
+        def backward_weight_one_chunk(self, chunk):
+            pass
+
+    stage = FakeStage()
+    with StageTrace([stage]) as trace:
+        for j in range(3):
+            stage.forward_one_chunk(j, torch.randn(2, 4))
+        assert trace.alive() == 3
+        stage.backward_one_chunk(0)
+        assert trace.alive() == 2
+        stage.forward_one_chunk(3, torch.randn(2, 4))
+        for j in (1, 2, 3):
+            stage.backward_one_chunk(j, full_backward=False)
+            stage.backward_weight_one_chunk(j)
+    assert trace.peak == {5: 3} and trace.alive() == 0
+    assert trace.executed[:4] == [("F", 5, 0), ("F", 5, 1), ("F", 5, 2), ("B", 5, 0)]
+    assert trace.executed[-2:] == [("I", 5, 3), ("W", 5, 3)]
+    assert "forward_one_chunk" not in vars(stage)                      # the method is back
+
+
 def test_tensor_parallel_mlp_equals_unsplit_with_two_all_reduces(ranks):
     for r in ranks:
         tp = r["tensor_parallel"]

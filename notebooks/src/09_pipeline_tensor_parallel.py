@@ -324,7 +324,7 @@ show_table([{"rank": r, "stages held": zbr[r]["zbv"]["stages"],
                                  [a for a in zbr[r]["zbv"]["order"] if a != "-"]} for r in zbr])
 zb_sim_peak = [po.simulate_order("zb_h1", cfg.ranks, real_m).peak_activations(d) for d in range(cfg.ranks)]
 show_table([{"schedule": name, "rank": r, "stage": stage,
-             "max |grad − unsplit| (fp64)": zbr[r][name]["grad_diff"],
+             "max |grad − unsplit| on the rank (fp64)": zbr[r][name]["grad_diff"],
              "peak micro-batches alive (measured)": zbr[r][name]["peak_microbatches_alive"][stage],
              "(simulator)": zb_sim_peak[r] if name == "zb_h1" else "no V order simulated",
              "peak on the rank, all its stages": zbr[r][name]["peak_on_rank"]}

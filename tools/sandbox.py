@@ -137,7 +137,9 @@ def environment_paths() -> list[Path]:
     """What Python, torch and the kit need, read-only: the system, the interpreter, the venv."""
     paths = [Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/opt")]
     paths += [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent]
-    return paths
+    # a venv reached through a symlink (e.g. .venv -> a shared one) must be bound where it really
+    # is too, or the link inside the sandbox points at nothing
+    return paths + [p.resolve() for p in paths if p.resolve() != p]
 
 
 def bwrap_command(argv: list[str], scratch: Path, readonly: list[Path], uid: int | None) -> list[str]:

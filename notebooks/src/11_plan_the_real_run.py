@@ -63,7 +63,7 @@ print(device, f"| planning for {GPU_BYTES / 1e9:.0f} GB devices, peak {PEAK_FLOP
 # ## 1 · The problem
 #
 # A 7B-parameter model trained with AdamW holds 16 bytes per parameter before it sees a single
-# token: more than this machine's memory. Building it to measure it is not an option; the
+# token: more than one 80 GB GPU holds (§3 measures it). Building it to measure it is not an option; the
 # formulas of lesson 06 cover GPT-like models but not ResNets with BatchNorm, MoCo's queue or
 # MAE's masking. We want the *measured* ledger — all six lines — of steps we cannot run.
 #
@@ -346,7 +346,7 @@ for n in cfg.ranks:
 #
 # Two reported training times, turned around, each *imply* an MFU:
 #
-# - SimCLR (Chen et al. 2020, §2.2, checked): "With 128 TPU v3 cores, it takes 1.5 hours to train
+# - SimCLR (Chen et al. 2020, checked): "With 128 TPU v3 cores, it takes 1.5 hours to train
 #   our ResNet-50 with a batch size of 4096 for 100 epochs" of ImageNet (1,281,167 training
 #   images). A TPU v3 chip has two TensorCores and a peak of 123 TFLOP/s bf16 (Google Cloud's TPU
 #   v3 page, checked): 64 chips.

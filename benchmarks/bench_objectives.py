@@ -12,7 +12,9 @@ CPU minutes of each objective buy is bench_ssl_quality.py).
    (32 px, width 8, batch 256) shows the boundary: a pipeline removes only data time, so the
    speedup is capped by Amdahl's law; the bound is reported next to the measured ratio.
 2. mae: encoder FLOPs (FlopCounterMode) and step time, visible-only encoder vs mask tokens
-   through the encoder, mask ratio 0.75. Goals: step-time speedup >= 3, encoder FLOP ratio
+   through the encoder, mask ratio 0.75.
+Each timed step also reports its achieved FLOP/s and MFU (ledger FLOPs / time, against
+``peak_flops()``); the kit SimCLR step's time includes its data augmentation. Goals: step-time speedup >= 3, encoder FLOP ratio
    0.25 ± 0.01 (the ratio of the transformer blocks; attention is quadratic in tokens, so the
    ratio reaches 1 − r only when tokens << width, and is reported with its analytic prediction).
 """
@@ -25,6 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
+from course_utils.ledger import step_utilisation
 from course_utils.models import ProjectionHead, SmallResNet, ViT
 from course_utils.objectives import MAE, SimCLR, make_step
 from course_utils.objectives.mae import random_masking
@@ -135,8 +138,10 @@ def _throughput_one(image_size: int, width: int, batch: int, steps: int, worker_
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     aug, g = SimCLRAugment(image_size), torch.Generator().manual_seed(0)
     kit_name = "kit (batched tensor augment + nt_xent_loss)"
-    kit_s = _time_steps(make_step(model, opt, augment=aug, generator=g),
-                        (b for epoch in range(100) for b in train.batches(batch)(epoch)), steps)
+    kit_step = make_step(model, opt, augment=aug, generator=g)
+    kit_s = _time_steps(kit_step, (b for epoch in range(100) for b in train.batches(batch)(epoch)), steps)
+    first = next(iter(train.batches(batch)(0)))
+    kit_utilisation = step_utilisation(lambda: kit_step(first), kit_s / steps)   # data time included
     rows = {kit_name: steps * batch / kit_s}
     data_s = {"kit batched augment": _data_seconds(_kit_views(train, batch, aug, g), steps) / steps}
 
@@ -169,6 +174,7 @@ def _throughput_one(image_size: int, width: int, batch: int, steps: int, worker_
     return {"config": dict(image_size=image_size, backbone=f"SmallResNet(width={width})", batch=batch,
                            timed_steps=steps, device="cpu", threads=torch.get_num_threads()),
             "images_per_s": rows,
+            "kit_step_utilisation": kit_utilisation,
             "data_seconds_per_batch": data_s,
             "data_pipeline_speedup": data_s["torchvision DataLoader, num_workers=0"] / data_s["kit batched augment"],
             "compute_share_of_kit_step": compute_s / (kit_s / steps),
@@ -223,7 +229,7 @@ def mae(quick: bool) -> dict:
     image_size, patch, dim, depth, batch = 32, 4, 128, 8, 64
     steps = 2 if quick else 6
     images = torch.rand(batch, 3, image_size, image_size, generator=torch.Generator().manual_seed(0))
-    times = {}
+    times, utilisation = {}, {}
     for in_encoder in (False, True):
         torch.manual_seed(0)
         vit = ViT(image_size=image_size, patch_size=patch, dim=dim, depth=depth, heads=4)
@@ -231,14 +237,17 @@ def mae(quick: bool) -> dict:
                     mask_tokens_in_encoder=in_encoder)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         step = make_step(model, opt, generator=torch.Generator().manual_seed(0))
-        times["mask_tokens_in_encoder" if in_encoder else "visible_only"] = (
-            _time_steps_cpu(step, iter(lambda: images, None), steps) / steps)
+        arm = "mask_tokens_in_encoder" if in_encoder else "visible_only"
+        times[arm] = _time_steps_cpu(step, iter(lambda: images, None), steps) / steps
+        # achieved FLOP/s and MFU of the timed step, against this machine's matmul peak
+        utilisation[arm] = step_utilisation(lambda: step(images), times[arm])
     ratio_main = _mae_flop_ratio(image_size, patch, dim, depth)
     ratio_wide = _mae_flop_ratio(32, 8, 128, 2)   # 16 tokens of width 128: attention small
     return {"config": dict(image_size=image_size, patch_size=patch, dim=dim, depth=depth,
                            batch=batch, decoder="dim 64, 1 block", mask_ratio=0.75),
             "step_seconds": times,
             "step_speedup": times["mask_tokens_in_encoder"] / times["visible_only"],
+            "step_utilisation": utilisation,
             "encoder_flop_ratio": ratio_main, "encoder_flop_ratio_tokens_lt_width": ratio_wide,
             "goals": {"step_speedup": 3.0, "encoder_flop_ratio": "0.25 ± 0.01"}}
 
@@ -252,6 +261,8 @@ def run(quick: bool = False) -> dict:
         "simclr_amdahl_bound_compute_bound": simclr["configs"]["compute-bound (32 px, SmallResNet width 8, batch 256)"]["amdahl_bound_vs_num_workers_0"],
         "lightly_available": simclr["lightly_available"],
         "mae_step_speedup": mae_result["step_speedup"],
+        "mae_visible_only_step_mfu": mae_result["step_utilisation"]["visible_only"]["mfu"],
+        "simclr_kit_step_mfu": simclr["configs"][GOAL_CONFIG]["kit_step_utilisation"]["mfu"],
         "mae_encoder_flop_ratio": mae_result["encoder_flop_ratio"]["measured"],
         "mae_encoder_flop_ratio_predicted": mae_result["encoder_flop_ratio"]["predicted"],
         "mae_encoder_flop_ratio_tokens_lt_width": mae_result["encoder_flop_ratio_tokens_lt_width"]["measured"],

@@ -256,29 +256,28 @@ def what_fits_widget():
 
 
 def planner_widget():
-    """Lesson 11's planner: model, batch, size, devices, parallelism, recomputation, device memory,
-    peak and MFU -> the six ledger lines per device, measured live on fake tensors
+    """Lesson 11's planner: model (SimCLR / MoCo v2 / MAE / GPT), batch, size, precision,
+    optimizer, MoCo's queue, MAE's mask ratio, devices, parallelism, recomputation, device
+    memory, peak and MFU -> the six ledger lines per device, measured live on fake tensors
     (``ledger.plan.plan_run``), whether it fits and the predicted step time."""
     import ipywidgets as w
 
-    from .ledger.plan import PLANNED_MODELS, plan_run
+    from .ledger.plan import PLANNED_MODELS, ledger_lines, plan_run
+    from .memory import PRECISIONS
+    from .optim import OPTIMIZERS
     from .report import show_table
 
-    def show(model, per_device_batch, size, devices, strategy, recompute, device_gb, peak_tflops, mfu):
-        if model.startswith("SimCLR") and (strategy != "ddp" or recompute != "none"):
-            print("SimCLR ResNet-50 is planned with DDP and no recomputation")
+    def show(model, per_device_batch, size, precision, optimizer, queue_size, mask_ratio, devices,
+             strategy, recompute, device_gb, peak_tflops, mfu):
+        try:
+            plan = plan_run(model, per_device_batch=per_device_batch, size=size, devices=devices,
+                            strategy=strategy, recompute=recompute, precision=precision,
+                            optimizer=optimizer, queue_size=queue_size, mask_ratio=mask_ratio,
+                            device_bytes=device_gb * 1e9, peak_flops=peak_tflops * 1e12, mfu=mfu)
+        except ValueError as err:   # e.g. FSDP for a ResNet: say why instead of a traceback
+            print(err)
             return
-        plan = plan_run(model, per_device_batch=per_device_batch, size=size, devices=devices,
-                        strategy=strategy, recompute=recompute, device_bytes=device_gb * 1e9,
-                        peak_flops=peak_tflops * 1e12, mfu=mfu)
-        rec = plan["record"]
-        show_table([{"line": "compute (TFLOP/step)", "per device": rec.flops / 1e12},
-                    {"line": "kept for backward (GB)", "per device": rec.activation_bytes / 1e9},
-                    {"line": "resident: params + grads + optimizer (GB)",
-                     "per device": (rec.param_bytes + rec.grad_bytes + rec.optimizer_bytes) / 1e9},
-                    {"line": "cached (GB)", "per device": rec.cache_bytes / 1e9},
-                    {"line": "encoded (items)", "per device": sum(rec.encoded.values())},
-                    {"line": "communicated (GB sent)", "per device": rec.comm_bytes / 1e9}])
+        show_table(ledger_lines(plan["record"]))
         verdict = "fits" if plan["fits"] else "does NOT fit"
         print(f"{verdict} on a {device_gb} GB device (margin {plan['margin_bytes'] / 1e9:+.1f} GB); "
               f"step ≈ {plan['step_seconds']:.2f} s at {mfu:.0%} MFU of {peak_tflops} TFLOP/s")
@@ -289,6 +288,13 @@ def planner_widget():
         per_device_batch=w.IntSlider(value=1, min=1, max=512),
         size=w.Dropdown(options=[224, 512, 1024, 2048, 4096, 8192], value=4096,
                         description="image px / seq"),
+        precision=w.Dropdown(options=[("the model's usual", None), *[(p, p) for p in PRECISIONS]],
+                             value=None),
+        optimizer=w.Dropdown(options=[("the model's usual", None), *[(o, o) for o in OPTIMIZERS]],
+                             value=None),
+        queue_size=w.Dropdown(options=[4096, 16384, 65536, 262144], value=65536,
+                              description="MoCo queue"),
+        mask_ratio=w.FloatSlider(value=0.75, min=0.0, max=0.95, step=0.05, description="MAE mask"),
         devices=w.Dropdown(options=[1, 8, 64, 512, 1024], value=64),
         strategy=w.Dropdown(options=["ddp", "fsdp"], value="fsdp"),
         recompute=w.Dropdown(options=["none", "selective", "full"], value="none"),

@@ -16,21 +16,28 @@ def test_resnet50_size_and_flops_match_the_published_figures():
     with fake_mode():
         encoder = resnet50_encoder()
         rec = ssl_ledger("simclr", 8, encoder=encoder)
-    # He et al. 2016, Table 1: 3.8e9 "FLOPs" (multiply-adds); torchvision's model card: 4.09
-    # GMACs and 25.6 M parameters with the 1000-class classifier (2048·1000 + 1000)
+    # torchvision's model card for resnet50 (IMAGENET1K_V1; checked): 4.09 "GFLOPS" per 224-px
+    # image, counted as multiply-adds, and 25,557,032 parameters with the 1000-class classifier
+    # (2048·1000 + 1000). (He et al. 2016, Table 1, report 3.8e9 for the original block, which
+    # strides in its first 1x1 convolution; not re-checked.) The forward also holds the projection
+    # head and the loss, under 0.2% of the encoder's FLOPs.
     macs_per_image = rec.forward_flops / 2 / (2 * 8)   # two views of 8 images
-    assert macs_per_image / 4.1e9 == pytest.approx(1, abs=0.01)
-    assert (n_params(encoder) + 2048 * 1000 + 1000) / 25.6e6 == pytest.approx(1, abs=0.01)
+    assert macs_per_image / 4.09e9 == pytest.approx(1, abs=0.01)
+    # an identity (the encoder *is* torchvision's): checks the architecture, not the ledger
+    assert n_params(encoder) + 2048 * 1000 + 1000 == 25_557_032
     assert rec.encoded == {"encoder images": 16}
 
 
 def test_vit_large_and_the_mae_speed_up():
     with fake_mode():
-        assert n_params(vit_large_16()) / 304e6 == pytest.approx(1, abs=0.01)   # Dosovitskiy et al. Table 1
+        # ViT-L/16 is usually quoted at ~304 M parameters (the ViT paper's Table 1 rounds ViT-Large
+        # to 307 M; neither re-checked): the kit's encoder has no class token or classifier
+        assert n_params(vit_large_16()) / 304e6 == pytest.approx(1, abs=0.02)
         visible_only = ssl_ledger("mae", 4, mask_ratio=0.75)
         with_mask_tokens = ssl_ledger("mae", 4, mask_ratio=0.75, mask_tokens_in_encoder=True)
-    # He et al. 2022 (MAE), Table 2(c): an encoder that also processes the mask tokens costs 3.3x
-    # the training FLOPs of one that sees the 25% visible patches only (ViT-L, 8-block decoder)
+    # He et al. 2022 (MAE), Table 2(c), as reported (not re-checked): an encoder that also
+    # processes the mask tokens costs 3.3x the training FLOPs of one that sees the 25% visible
+    # patches only (ViT-L, 8-block decoder). The abstract (checked) says "3x or more", wall-clock.
     speed_up = with_mask_tokens.flops / visible_only.flops
     assert speed_up == pytest.approx(3.3, rel=0.10), speed_up
     assert visible_only.encoded["encoder tokens"] == 4 * 196 // 4
@@ -61,7 +68,9 @@ def test_7b_sixteen_bytes_per_parameter_and_fsdp_sharding():
         fsdp = gpt_ledger(**cfg, strategy="fsdp", mesh=mesh)
     with fake_world(8) as mesh, fake_mode():
         ddp = gpt_ledger(**cfg, strategy="ddp", mesh=mesh)
-    # ZeRO (Rajbhandari et al. 2020): mixed-precision Adam holds 16 bytes per parameter
+    # bf16 autocast keeps fp32 weights and gradients, AdamW two fp32 moments: 4 + 4 + 8 = 16 bytes
+    # per parameter, the total ZeRO (Rajbhandari et al. 2020; not re-checked) gives for
+    # mixed-precision Adam by another split (2 + 2 + 12). An identity of the kit's step.
     assert ddp.resident_bytes == 16 * psi
     assert fsdp.resident_bytes == pytest.approx(16 * psi / 64, rel=1e-3)
     assert ddp.comm_bytes == pytest.approx(2 * 7 / 8 * 4 * psi, abs=4)

@@ -6,7 +6,7 @@
     fake.py             fake_mode, fake_world: the same measurement on fake tensors and a fake
                         process group (any model size, any number of ranks, in one process)
     cuda.py             cuda_peak_bytes, record_memory_snapshot: the CUDA allocator's view
-    speed.py            peak_flops (measured once, cached), utilisation: achieved FLOP/s and MFU
+    speed.py            peak_flops (measured once, cached), utilisation / step_utilisation: achieved FLOP/s and MFU
     predicted.py        predict_step: the same lines from shapes and per-layer rules
     training_memory.py  measure_tinygpt, recompute_tradeoff: lesson 06's measured side of
                         course_utils.memory's predictor
@@ -17,11 +17,11 @@ from .cuda import cuda_peak_bytes, record_memory_snapshot
 from .fake import fake_mode, fake_world, is_fake
 from .measured import measure, optimizer_state_tensors, resident_bytes
 from .predicted import predict_step
-from .speed import peak_flops, utilisation
+from .speed import peak_flops, step_utilisation, utilisation
 from .record import LEDGER_LINES, Comparison, LedgerRecord
 from .training_memory import measure_tinygpt, recompute_tradeoff
 
 __all__ = ["LEDGER_LINES", "Comparison", "LedgerRecord", "cuda_peak_bytes", "fake_mode",
            "fake_world", "is_fake", "measure",
            "measure_tinygpt", "optimizer_state_tensors", "peak_flops", "predict_step", "recompute_tradeoff",
-           "record_memory_snapshot", "resident_bytes", "utilisation"]
+           "record_memory_snapshot", "resident_bytes", "step_utilisation", "utilisation"]

@@ -7,6 +7,7 @@ which is how the tests check that fake and real agree.
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
@@ -14,7 +15,33 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import checks
+from ..memory import PRECISIONS
 from .measured import measure
+
+# precision -> the autocast dtype of the forward. Autocast keeps fp32 parameters, gradients and
+# optimizer state (4 + 4 bytes per parameter + the optimizer's copies) and casts weights per op,
+# so mixed precision shrinks what backward keeps, not the resident state. fp16 on fake tensors
+# runs without its GradScaler: the scaler's inf check reads values, which fake tensors lack, and
+# it holds one scalar, so the ledger is the same.
+AUTOCAST_DTYPES = {"fp32": None, "bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
+
+
+def _autocast(precision: str):
+    dtype = AUTOCAST_DTYPES[checks.choice(precision, "precision", PRECISIONS)]
+    return contextlib.nullcontext() if dtype is None else torch.autocast("cpu", dtype=dtype)
+
+
+def _ddp(model: nn.Module) -> nn.Module:
+    """``model`` in DDP on the current (fake) process group, gradients all-reduced through
+    ``allreduce_mean_hook`` so the ledger counts them (the reducer's own all-reduce runs in C++)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from ..distributed.comm_count import allreduce_mean_hook
+    with warnings.catch_warnings():   # broadcast_buffers' successor still syncs at init
+        warnings.simplefilter("ignore", FutureWarning)
+        wrapped = DDP(model, init_sync=False, broadcast_buffers=False, gradient_as_bucket_view=True)
+    wrapped.register_comm_hook(None, allreduce_mean_hook)
+    return wrapped
 
 
 def tensor_parallel_ledger(mesh, *, hidden: int, batch: int, seq: int, layers: int = 1):
@@ -67,91 +94,100 @@ def vit_large_16(image_size: int = 224) -> nn.Module:
     return ViT(image_size=image_size, patch_size=16, dim=1024, depth=24, heads=16, mlp_ratio=4)
 
 
+SSL_OBJECTIVES = ("simclr", "moco", "mae")
+
+
 def ssl_ledger(objective: str, batch: int, *, image_size: int = 224, queue_size: int = 65536,
                mask_ratio: float = 0.75, mask_tokens_in_encoder: bool = False,
-               encoder: nn.Module | None = None, ddp: bool = False):
+               encoder: nn.Module | None = None, ddp: bool = False, optimizer: str | None = None,
+               precision: str = "fp32"):
     """Ledger of one step of ``objective`` ('simclr', 'moco' on ResNet-50, 'mae' on ViT-L/16)
-    at ``batch`` images of ``image_size`` px, SGD with momentum (the papers use LARS / AdamW:
-    the same one or two state copies per parameter; 'mae' uses AdamW). The model is built here,
-    so call it inside ``fake_mode()`` at paper sizes. MAE's decoder: 8 blocks of width 512.
-    ``ddp=True`` (SimCLR only; inside ``fake_world``): the objective wrapped in DDP, gradients
-    all-reduced through ``allreduce_mean_hook`` so the ledger counts them; ``batch`` per rank.
+    at ``batch`` images of ``image_size`` px. ``optimizer`` (``optim.OPTIMIZERS``) defaults to
+    SGD with momentum for SimCLR/MoCo (the papers use LARS / SGD: one state copy per parameter)
+    and AdamW for MAE; ``precision`` (``memory.PRECISIONS``) sets the forward's autocast.
+    The model is built here, so call it inside ``fake_mode()`` at paper sizes. MAE's decoder:
+    8 blocks of width 512. ``ddp=True`` (inside ``fake_world``): the objective wrapped in DDP,
+    gradients all-reduced through ``allreduce_mean_hook`` so the ledger counts them; ``batch``
+    per rank; on fake tensors DDP measures its first step (later ones rebuild buckets from data).
     """
     from ..augment import SimCLRAugment
     from ..models.heads import ProjectionHead
     from ..objectives import MAE, MoCo, SimCLR, make_step
     from ..optim import make_optimizer
-    checks.choice(objective, "objective", ("simclr", "moco", "mae"))
+    checks.choice(objective, "objective", SSL_OBJECTIVES)
     checks.positive_int(batch, "batch")
+    checks.choice(precision, "precision", PRECISIONS)
     torch.manual_seed(0)
     augment = None
     if objective == "mae":
         model = MAE(encoder or vit_large_16(image_size), mask_ratio=mask_ratio, decoder_dim=512,
                     decoder_depth=8, decoder_heads=16, mask_tokens_in_encoder=mask_tokens_in_encoder)
-        opt = make_optimizer("adamw", model.parameters(), lr=1.5e-4, foreach=False)
+        opt = make_optimizer(optimizer or "adamw", model.parameters(), lr=1.5e-4, foreach=False)
     else:
         backbone = encoder or resnet50_encoder()
         head = ProjectionHead(backbone.feature_dim, 2048, 128)
         model = (SimCLR(backbone, head) if objective == "simclr"
                  else MoCo(backbone, head, queue_size=queue_size, bn_groups=1, shuffle_keys=False))
-        opt = make_optimizer("sgd-momentum", model.parameters(), lr=0.3, foreach=False)
+        opt = make_optimizer(optimizer or "sgd-momentum", model.parameters(), lr=0.3, foreach=False)
         augment = SimCLRAugment(image_size)
     generator = torch.Generator().manual_seed(0)
     images = torch.rand(batch, 3, image_size, image_size)
-    if ddp:
-        if objective != "simclr":
-            raise ValueError("ddp=True is wired for 'simclr' only (its forward takes the two views)")
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        from ..distributed.comm_count import allreduce_mean_hook
-        with warnings.catch_warnings():   # broadcast_buffers' successor still syncs at init
-            warnings.simplefilter("ignore", FutureWarning)
-            wrapped = DDP(model, init_sync=False, broadcast_buffers=False, gradient_as_bucket_view=True)
-        wrapped.register_comm_hook(None, allreduce_mean_hook)
-
-        def step(_batch):
-            opt.zero_grad(set_to_none=True)
-            wrapped(augment(images, generator), augment(images, generator)).backward()
-            opt.step()
-    else:
-        step = make_step(model, opt, augment=augment, generator=generator)
+    record = dict(model=model, optimizer=opt, caches=model.caches, encoders=model.ledger_encoders)
+    if not ddp and precision != "fp16-mixed":   # the kit's own training step
+        step = make_step(model, opt, augment=augment, generator=generator,
+                         autocast=AUTOCAST_DTYPES[precision])
         step((images, None))   # creates the optimizer state
-    return measure(lambda: step((images, None)), model=model, optimizer=opt, caches=model.caches,
-                   encoders=model.ledger_encoders)
+        return measure(lambda: step((images, None)), **record)
+    module = _ddp(model) if ddp else model
+
+    def loss():   # through the (wrapped) module's forward, so DDP sees the step
+        if objective == "mae":
+            return module(images, generator)[0]
+        return module(augment(images, generator), augment(images, generator))
+
+    def manual_step():
+        opt.zero_grad(set_to_none=True)
+        with _autocast(precision):
+            value = loss()
+        value.backward()
+        opt.step()
+    if not ddp:
+        manual_step()   # creates the optimizer state
+    return measure(manual_step, **record)
 
 
 def gpt_ledger(*, layers: int, hidden: int, heads: int, vocab: int, seq: int, batch: int,
-               strategy: str = "single", mesh=None, recompute: str = "none"):
-    """Ledger of one step of a GPT-like ``TinyGPT`` (tied head, MLP 4h) with AdamW, forward in
-    bf16 autocast (fp32 parameters, gradients and moments: 16 bytes per parameter) on ``batch``
-    sequences of ``seq`` tokens per rank. ``strategy``: 'single', 'ddp' (gradients all-reduced
-    through ``allreduce_mean_hook``) or 'fsdp' (FSDP2 per block and at the root, over ``mesh``).
+               strategy: str = "single", mesh=None, recompute: str = "none",
+               precision: str = "bf16-mixed", optimizer: str = "adamw"):
+    """Ledger of one step of a GPT-like ``TinyGPT`` (tied head, MLP 4h) on ``batch`` sequences
+    of ``seq`` tokens per rank. Default: AdamW, forward in bf16 autocast, which keeps fp32
+    parameters, gradients and moments (4 + 4 + 8 = 16 bytes per parameter). ``strategy``:
+    'single', 'ddp' (gradients all-reduced through ``allreduce_mean_hook``) or 'fsdp' (FSDP2 per
+    block and at the root, over ``mesh``).
     """
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from ..distributed.comm_count import allreduce_mean_hook
     from ..distributed.sharding import fully_shard
+    from ..optim import make_optimizer
     from ..transformer import TinyGPT
     checks.choice(strategy, "strategy", ("single", "ddp", "fsdp"))
+    checks.choice(precision, "precision", PRECISIONS)
     if strategy != "single" and mesh is None:
         raise ValueError(f"strategy={strategy!r} needs mesh= (e.g. the one fake_world yields)")
     torch.manual_seed(0)
     model = TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute)
     module = model
     if strategy == "ddp":
-        module = DDP(model, init_sync=False, gradient_as_bucket_view=True)
-        module.register_comm_hook(None, allreduce_mean_hook)
+        module = _ddp(model)
     elif strategy == "fsdp":
         for block in model.blocks:
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=False)
+    opt = make_optimizer(optimizer, model.parameters(), lr=3e-4, foreach=False)
     tokens = torch.randint(vocab, (batch, seq + 1), generator=torch.Generator().manual_seed(0))
     x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with _autocast(precision):
             logits = module(x)
         F.cross_entropy(logits.flatten(0, 1).float(), y.flatten()).backward()
         opt.step()
@@ -175,29 +211,54 @@ def gathered_negatives_ledger(per_rank_batch: int, dim: int = 128):
 GPT_SIZES = {"GPT 1.3B": dict(layers=24, hidden=2048, heads=16),
              "GPT 7B": dict(layers=32, hidden=4096, heads=32),
              "GPT 13B": dict(layers=40, hidden=5120, heads=40)}
-PLANNED_MODELS = ("SimCLR ResNet-50", *GPT_SIZES)
+SSL_MODELS = {"SimCLR ResNet-50": "simclr", "MoCo v2 ResNet-50": "moco", "MAE ViT-L/16": "mae"}
+PLANNED_MODELS = (*SSL_MODELS, *GPT_SIZES)
 
 
 def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str = "ddp",
-             recompute: str = "none", size: int | None = None, device_bytes: float = 80e9,
-             peak_flops: float = 312e12, mfu: float = 0.4) -> dict:
+             recompute: str = "none", size: int | None = None, precision: str | None = None,
+             optimizer: str | None = None, queue_size: int = 65536, mask_ratio: float = 0.75,
+             device_bytes: float = 80e9, peak_flops: float = 312e12, mfu: float = 0.4) -> dict:
     """Measure one step of ``model`` (``PLANNED_MODELS``) on fake tensors and ``devices`` fake
     ranks; return the per-device ledger ``record``, ``needed_bytes`` (resident + kept for
     backward), ``fits``, ``margin_bytes`` (device_bytes − needed) and ``step_seconds`` =
-    FLOPs / (peak × MFU) per device. ``size``: image size (SimCLR, default 224) or sequence
-    length (GPT, default 4096); ``strategy`` 'ddp' or 'fsdp' (GPT only)."""
+    FLOPs / (peak × MFU) per device.
+
+    ``size``: image size (SSL models, default 224) or sequence length (GPT, default 4096).
+    ``precision`` (``memory.PRECISIONS``; default fp32 for the SSL models, bf16-mixed for GPT)
+    and ``optimizer`` (``optim.OPTIMIZERS``; default each model's usual) change the step
+    measured. ``strategy`` 'ddp' or 'fsdp' and ``recompute`` apply to GPT only; ``queue_size``
+    to MoCo, ``mask_ratio`` to MAE."""
     from .fake import fake_mode, fake_world
     checks.choice(model, "model", PLANNED_MODELS)
     checks.positive_int(devices, "devices")
-    checks.choice(strategy, "strategy", ("ddp", "fsdp") if model in GPT_SIZES else ("ddp",))
+    gpt = model in GPT_SIZES
+    checks.choice(strategy, "strategy", ("ddp", "fsdp") if gpt else ("ddp",))
+    if not gpt and recompute != "none":
+        raise ValueError(f"recompute={recompute!r} is wired for the GPT models only; "
+                         f"plan {model} with recompute='none'")
     with fake_world(max(devices, 2)) as mesh, fake_mode():   # one device: no collectives issued
-        if model in GPT_SIZES:
+        if gpt:
             record = gpt_ledger(**GPT_SIZES[model], vocab=32000, seq=size or 4096,
                                 batch=per_device_batch, strategy=strategy if devices > 1 else "single",
-                                mesh=mesh, recompute=recompute)
+                                mesh=mesh, recompute=recompute, precision=precision or "bf16-mixed",
+                                optimizer=optimizer or "adamw")
         else:
-            record = ssl_ledger("simclr", per_device_batch, image_size=size or 224, ddp=devices > 1)
+            record = ssl_ledger(SSL_MODELS[model], per_device_batch, image_size=size or 224,
+                                ddp=devices > 1, queue_size=queue_size, mask_ratio=mask_ratio,
+                                optimizer=optimizer, precision=precision or "fp32")
     needed = record.resident_bytes + record.activation_bytes
     return {"record": record, "needed_bytes": needed, "fits": needed <= device_bytes,
             "margin_bytes": device_bytes - needed,
             "step_seconds": record.flops / (peak_flops * mfu)}
+
+
+def ledger_lines(record) -> list[dict]:
+    """The six ledger lines of ``record`` as table rows (what the planner shows per device)."""
+    return [{"line": "compute (TFLOP/step)", "per device": record.flops / 1e12},
+            {"line": "kept for backward (GB)", "per device": record.activation_bytes / 1e9},
+            {"line": "resident: params + grads + optimizer (GB)",
+             "per device": (record.param_bytes + record.grad_bytes + record.optimizer_bytes) / 1e9},
+            {"line": "cached (GB)", "per device": record.cache_bytes / 1e9},
+            {"line": "encoded (items)", "per device": sum(record.encoded.values())},
+            {"line": "communicated (GB sent)", "per device": record.comm_bytes / 1e9}]

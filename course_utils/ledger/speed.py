@@ -52,3 +52,12 @@ def utilisation(flops: int, seconds: float, device="cpu") -> dict:
     achieved = flops / seconds
     peak = peak_flops(device)
     return {"flops_per_second": achieved, "peak_flops": peak, "mfu": achieved / peak}
+
+
+def step_utilisation(step, seconds: float, device="cpu") -> dict:
+    """Run ``step()`` once more under the ledger (for its FLOPs) and turn them and ``seconds``,
+    the measured time of one such step, into {"flops", "flops_per_second", "peak_flops", "mfu"}.
+    Call it after timing: the extra step must not be one of the timed ones."""
+    from .measured import measure
+    flops = measure(step).flops
+    return {"flops": flops, **utilisation(flops, seconds, device)}

@@ -29,7 +29,7 @@ import torch
 
 from course_utils.data import TEXTURE_CLASSES, available_photos, load_dataset, load_photo
 from course_utils.evaluate import probe_encoder
-from course_utils.ledger import measure
+from course_utils.ledger import measure, utilisation
 from course_utils.models import ViT
 from course_utils.objectives.mae import (MAE, interpolate_masked, masked_mse, patch_targets,
                                          random_masking, restore_order)
@@ -364,6 +364,9 @@ timing_setup = (f"{cfg.timing_depth}-block, {cfg.timing_dim}-wide encoder, {deco
 print(f"timing configuration: {timing_setup}; fastest of {TIMED_STEPS} steps each")
 print(f"mask tokens in encoder {t_full * 1e3:.0f} ms/step, visible only {t_visible * 1e3:.0f} ms/step: {speedup:.2f}x "
       f"faster; whole-step FLOPs {flops_full / 1e9:.3g} vs {flops_visible / 1e9:.3g} G: {step_flop_ratio:.2f}x fewer")
+for arm, t, f in (("mask tokens in encoder", t_full, flops_full), ("visible only", t_visible, flops_visible)):
+    u = utilisation(f, t, device)   # against this machine's measured matmul peak
+    print(f"{arm}: {u['flops_per_second'] / 1e9:.1f} GFLOP/s achieved, MFU {u['mfu']:.1%} of {u['peak_flops'] / 1e9:.0f} GFLOP/s")
 if cfg.min_speedup is not None:
     print(f"asserted at this scale: more than {cfg.min_speedup}x faster")
 

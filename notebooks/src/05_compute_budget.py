@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
 from course_utils.evaluate import probe_encoder
-from course_utils.ledger import measure
+from course_utils.ledger import measure, utilisation
 from course_utils.models import MLP, Attention, ProjectionHead, SmallResNet, ViT, count_parameters
 from course_utils.objectives import MAE, MoCo, SimCLR, Supervised, make_step
 from course_utils.report import headline, show_table
@@ -217,6 +217,8 @@ table = [{"objective": name, "backbone": FAMILY[name],
           "FLOPs / image vs supervised": flops_vs_supervised[name],
           "images/s": cfg.batch / ledgers[name]["seconds"]} for name in OBJECTIVES]
 show_table(table)
+print("MFU (ledger FLOPs / step time, against this machine's matmul peak):",
+      ", ".join(f"{n} {utilisation(rec[n].flops, ledgers[n]['seconds'], device)['mfu']:.1%}" for n in OBJECTIVES))
 
 # MAE's encoder blocks see a quarter of the tokens: a quarter of their per-token matmuls, and a
 # sixteenth of the attention matmuls, which grow with tokens².

@@ -1,0 +1,72 @@
+"""The planner's compute (``ledger.plan.plan_run`` and ``ledger_lines``), live on fake tensors:
+each choice the widget offers changes the ledger line it should and no other."""
+import pytest
+
+from course_utils.ledger.plan import PLANNED_MODELS, ledger_lines, plan_run
+
+SMALL = dict(per_device_batch=2, size=64, devices=2)
+
+
+def lines(plan):
+    return {row["line"]: row["per device"] for row in ledger_lines(plan["record"])}
+
+
+@pytest.mark.parametrize("model", ["SimCLR ResNet-50", "MoCo v2 ResNet-50", "MAE ViT-L/16"])
+def test_ssl_plans_all_reduce_every_gradient_once(model):
+    plan = plan_run(model, **SMALL)
+    rec = plan["record"]
+    # DDP over n=2 ranks sends 2(n-1)/n of the fp32 gradients: exactly their bytes. MoCo's key
+    # encoder has no gradients, so it is neither sent nor counted.
+    assert rec.comm_bytes == rec.grad_bytes > 0 and rec.world_size == 2
+    assert plan["needed_bytes"] == rec.resident_bytes + rec.activation_bytes
+    table = lines(plan)
+    assert len(table) == 6 and table["communicated (GB sent)"] == rec.comm_bytes / 1e9
+    assert table["compute (TFLOP/step)"] == rec.flops / 1e12
+
+
+def test_moco_queue_is_the_cache_line_and_mae_mask_ratio_sets_encoded_tokens():
+    small, large = (plan_run("MoCo v2 ResNet-50", queue_size=q, **SMALL)["record"] for q in (4096, 16384))
+    assert large.cache_bytes - small.cache_bytes == (16384 - 4096) * (128 * 4 + 2 * 8)  # keys, written_at, ids
+    # backward keeps the queue's snapshot that q·queueᵀ read (enqueueing overwrites the queue)
+    # and the B×K logits: 128·4 + B·4 bytes more per key
+    assert large.activation_bytes - small.activation_bytes == (16384 - 4096) * (128 * 4 + 2 * 4)
+    assert large.flops > small.flops
+    for ratio in (0.5, 0.75):
+        rec = plan_run("MAE ViT-L/16", mask_ratio=ratio, **SMALL)["record"]
+        assert rec.encoded["encoder tokens"] == 2 * round(16 * (1 - ratio))   # 64 px: 16 patches
+
+
+@pytest.mark.parametrize("model,size", [("SimCLR ResNet-50", 64), ("GPT 1.3B", 128)])
+def test_mixed_precision_halves_kept_bytes_per_sample_and_adds_weight_copies(model, size):
+    runs = {(p, b): plan_run(model, per_device_batch=b, size=size, devices=1, precision=p)["record"]
+            for p in ("fp32", "bf16-mixed", "fp16-mixed") for b in (2, 4)}
+    params = runs["fp32", 2].param_bytes // 4
+    # autocast keeps fp32 parameters, gradients and optimizer state, and the same FLOPs
+    assert len({r.resident_bytes for r in runs.values()}) == 1
+    assert len({r.flops for r in runs.values() if r is not None}) == 2   # one per batch size
+    per_sample = {p: (runs[p, 4].activation_bytes - runs[p, 2].activation_bytes) / 2
+                  for p in ("fp32", "bf16-mixed", "fp16-mixed")}
+    for low in ("bf16-mixed", "fp16-mixed"):
+        # 2-byte activations (a few ops stay fp32: softmax inputs, losses, norms' statistics)...
+        assert 0.45 < per_sample[low] / per_sample["fp32"] < 0.6
+        # ...plus a 2-byte copy of every weight, saved for backward once per step, not per sample
+        fixed = runs[low, 2].activation_bytes - 2 * per_sample[low]
+        fixed_fp32 = runs["fp32", 2].activation_bytes - 2 * per_sample["fp32"]
+        assert (fixed - fixed_fp32) / params == pytest.approx(2, rel=0.01)
+
+
+def test_optimizer_sets_the_state_copies():
+    runs = {o: plan_run("SimCLR ResNet-50", optimizer=o, **SMALL)["record"] for o in ("sgd", "sgd-momentum", "adamw")}
+    grads = runs["sgd"].grad_bytes
+    assert [runs[o].optimizer_bytes for o in ("sgd", "sgd-momentum", "adamw")] == [0, grads, 2 * grads]
+    assert len({r.activation_bytes for r in runs.values()}) == 1
+
+
+def test_planner_says_what_it_cannot_plan():
+    assert len(PLANNED_MODELS) == 6
+    with pytest.raises(ValueError, match="GPT models only"):
+        plan_run("MAE ViT-L/16", recompute="full", **SMALL)
+    with pytest.raises(ValueError):
+        plan_run("MoCo v2 ResNet-50", strategy="fsdp", **SMALL)
+    with pytest.raises(ValueError):
+        plan_run("GPT 1.3B", per_device_batch=1, devices=2, precision="fp8")

@@ -246,8 +246,9 @@ def pages(lab):
         try:
             pages = {lesson: chrome.new_page(viewport={"width": 1400, "height": 1000})
                      for lesson in WIDGETS}
-            for lesson, page in pages.items():
-                page.goto(f"{base}/lab/workspaces/{lesson}/tree/{notebook(lesson)}?reset&token={token}")
+            for lesson, page in pages.items():  # ?reset: no tabs restored from elsewhere
+                page.goto(f"{base}/lab/workspaces/{lesson}/tree/{notebook(lesson)}"
+                          f"?reset&token={token}")
             for lesson, page in pages.items():
                 start_run_all(page, notebook(lesson))
             yield pages
@@ -261,4 +262,5 @@ def test_widget_follows_its_batch_slider_in_jupyterlab(pages, lesson):
     wait_run_all(pages[lesson], notebook(lesson), RUN_ALL_TIMEOUT_S)
     ratio, before, after = batch_step(pages[lesson], control, {"grows": grows, "fixed": fixed})
     assert after["fixed"] == before["fixed"], (before, after)
-    assert after["grows"] / before["grows"] == pytest.approx(ratio, rel=0.01), (ratio, before, after)
+    assert after["grows"] / before["grows"] == pytest.approx(ratio, rel=0.01), \
+        (ratio, before, after)

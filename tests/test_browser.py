@@ -1,18 +1,23 @@
 """The widgets, in a real browser: JupyterLab on localhost (a free port, a random token), headless
 Chromium driven by playwright. Lesson 01's student edition runs to the end, then the ledger
 explorer's batch slider moves one step and the predicted ledger it prints must follow (kept for
-backward in proportion to the batch, resident state unchanged); the same for lesson 06's
-"what fits" widget (activations in proportion to the batch, parameters unchanged).
+backward in proportion to the batch, parameters unchanged); the same for lesson 06's "what fits"
+widget (activations in proportion to the batch, parameters unchanged).
 
 Needs a Chromium binary (Debian: `apt-get install -y chromium`; .ci/run installs it) and the
-Python `playwright` package; without them the test is skipped with a reason `make test` prints.
+Python `playwright` package (a dev dependency); without them the test skips and says why.
+JupyterLab serves temporary copies of the notebooks with its home, config, data, runtime,
+settings and workspace folders in a temporary directory, so nothing is written into the
+repository; the server and its kernels are killed at the end, whatever the outcome.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -23,23 +28,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ["01_resource_ledger.ipynb", "06_training_memory.ipynb"]
-HOW = "install Chromium (`apt-get install -y chromium`, as .ci/run does) to run it"
+STUDENT = "notebooks/student"
+RUN_ALL_TIMEOUT_S = 180  # each lesson takes ~20 s at CI scale on an idle core
 
 
 def chromium() -> str:
-    if os.environ.get("COURSE_BROWSER_TEST") != "1":  # TODO: on by default once it passed in CI
-        pytest.skip("browser test not run: not yet verified end to end (it timed out waiting for "
-                    "Run All on a loaded machine); COURSE_BROWSER_TEST=1 runs it")
+    """Path of the Chromium to drive (COURSE_CHROMIUM overrides the lookup); skips without one."""
     path = os.environ.get("COURSE_CHROMIUM") or shutil.which("chromium") or \
         shutil.which("chromium-browser")
     if not path:
-        pytest.skip(f"browser test not run: no Chromium found; {HOW}")
+        pytest.skip("chromium not found: apt-get install chromium, or see README")
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        pytest.skip("browser test not run: the `playwright` package is missing; "
-                    "`pip install -e .[dev]` installs it")
+        pytest.skip("playwright not installed: pip install -e '.[dev]', or see README")
     return path
 
 
@@ -49,148 +51,216 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def lab_environment(tmp: Path) -> dict[str, str]:
+    """The server's environment: every folder Jupyter, IPython or matplotlib writes to points into
+    ``tmp``; CI scale; the repository's course_utils importable without writing bytecode there."""
+    dirs = {name: tmp / name.lower() for name in (
+        "HOME", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR",
+        "MPLCONFIGDIR", "JUPYTERLAB_WORKSPACES_DIR", "JUPYTERLAB_SETTINGS_DIR")}
+    for d in dirs.values():
+        d.mkdir()
+    # every cell in the DOM (JupyterLab 4 otherwise renders only the cells in view)
+    tracker = dirs["JUPYTERLAB_SETTINGS_DIR"] / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True)
+    (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
+    return {**os.environ, **{k: str(v) for k, v in dirs.items()},
+            "COURSE_SCALE": "ci", "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def children(pid: int) -> list[int]:
+    """Process ids whose parent is ``pid`` (read from /proc; empty where there is none)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state_and_parent = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(state_and_parent[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop the server and its kernels. jupyter_client starts each kernel in a session of its own,
+    so the kernels are collected first and killed by id if the server's shutdown left any."""
+    kernels = children(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)  # the server shuts its kernels down on SIGTERM
+        proc.wait(15)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+    for pid in kernels:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """(base url, token, chromium) of a JupyterLab serving copies of the student editions of 01
-    and 06; stopped afterwards."""
+    """(base url, token, chromium path, HOME for the browser) of a JupyterLab serving copies of
+    the student editions; stopped afterwards."""
     browser = chromium()
+    tmp = tmp_path_factory.mktemp("lab")
+    served = tmp / "served"
+    shutil.copytree(ROOT / STUDENT, served / STUDENT)  # JupyterLab saves what it runs
+    env = lab_environment(tmp)
     port, token = free_port(), secrets.token_hex(16)
-    # copies: JupyterLab saves what it runs, and the committed notebooks carry no outputs
-    served = tmp_path_factory.mktemp("served")
-    (served / "notebooks" / "student").mkdir(parents=True)
-    for name in NOTEBOOKS:
-        shutil.copy(ROOT / "notebooks" / "student" / name, served / "notebooks" / "student" / name)
-    # every cell in the DOM (JupyterLab 4 otherwise renders only the cells in view)
-    settings = tmp_path_factory.mktemp("lab_settings")
-    (settings / "@jupyterlab" / "notebook-extension").mkdir(parents=True)
-    (settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings").write_text(
-        '{"windowingMode": "none"}')
-    env = {**os.environ, "COURSE_SCALE": "ci", "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-           "JUPYTER_CONFIG_DIR": str(tmp_path_factory.mktemp("jupyter_config")),
-           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path_factory.mktemp("lab_workspaces")),
-           "JUPYTERLAB_SETTINGS_DIR": str(settings),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    log = open(tmp_path_factory.mktemp("lab") / "lab.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}",
-         "--LabApp.expose_app_in_browser=True", "--ServerApp.port_retries=0",
-         "--allow-root"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log_path = tmp / "lab.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}",
+             "--LabApp.expose_app_in_browser=True", "--ServerApp.port_retries=0", "--allow-root"],
+            cwd=served, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 60
+        deadline = time.monotonic() + 60
         while True:
             try:
                 urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
                 break
             except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    log.flush()
-                    pytest.fail(f"JupyterLab did not start:\n{Path(log.name).read_text()[-3000:]}")
-                time.sleep(0.5)
-        yield base, token, browser
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not start:\n{log_path.read_text()[-3000:]}")
+                time.sleep(0.3)
+        yield base, token, browser, env["HOME"]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop(proc)
 
 
-def run_all(page, base: str, token: str, notebook: str) -> None:
-    page.goto(f"{base}/lab/tree/{notebook}?token={token}")
-    page.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget"
-                           " && window.jupyterapp.shell.currentWidget.sessionContext"
-                           " && window.jupyterapp.shell.currentWidget.sessionContext.session"
-                           " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
-                           timeout=60_000)
-    page.wait_for_function("(p => p.context.isReady && p.sessionContext.isReady && "
-                           "p.sessionContext.session.kernel.status === 'idle')"
-                           "(window.jupyterapp.shell.currentWidget)", timeout=60_000)
-    page.wait_for_timeout(2000)  # a kernel reported idle can still be connecting its channels
-    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    # done when the last cell has an execution count and the kernel is idle again
-    page.wait_for_function(
-        """() => { const p = window.jupyterapp.shell.currentWidget, cells = p.content.model.cells;
-                   const last = cells.get(cells.length - 1);
-                   return last.executionCount && p.sessionContext.session.kernel.status === 'idle'; }""",
-        timeout=300_000)
-    errors = page.evaluate(
-        """() => { const cells = window.jupyterapp.shell.currentWidget.content.model.cells, out = [];
-                   for (let i = 0; i < cells.length; i++) { const c = cells.get(i).toJSON();
-                     for (const o of c.outputs || []) if (o.output_type === 'error')
-                       out.push(i + ': ' + o.ename + ': ' + o.evalue); }
-                   return out; }""")
-    assert not errors, f"{notebook}: {errors}"
+# JavaScript run in the page. PANEL finds the notebook's panel by path, whichever tab is active.
+PANEL = """(path) => { for (const w of window.jupyterapp.shell.widgets('main'))
+                         if (w.context && w.context.path === path) return w;
+                       return null; }"""
+KERNEL_READY = f"""(path) => {{ const p = ({PANEL})(path);
+    const k = p && p.context.isReady && p.sessionContext.isReady && p.sessionContext.session
+              && p.sessionContext.session.kernel;
+    return !!k && k.connectionStatus === 'connected' && k.status === 'idle'; }}"""
+# Run All is finished when the kernel is idle, no prompt shows [*] (running or queued), and every
+# non-empty code cell has an execution count; it stopped early when a cell shows an error.
+RUN_STATE = f"""(path) => {{ const p = ({PANEL})(path), out = {{pending: [], errors: []}};
+    out.kernel = p.sessionContext.session.kernel.status;
+    p.content.widgets.forEach((cell, i) => {{
+        if (cell.model.type !== 'code') return;
+        const prompt = cell.node.querySelector('.jp-InputPrompt');
+        const busy = prompt && prompt.textContent.includes('*');
+        if (busy || (cell.model.sharedModel.getSource().trim() && !cell.model.executionCount))
+            out.pending.push(i);
+        for (let j = 0; j < cell.model.outputs.length; j++) {{
+            const o = cell.model.outputs.get(j).toJSON();
+            if (o.output_type === 'error') out.errors.push(i + ': ' + o.ename + ': ' + o.evalue);
+        }}
+    }});
+    return out; }}"""
+
+
+def start_run_all(page, path: str) -> None:
+    """Once ``path``'s kernel is connected and idle, start Run All without waiting for it (the
+    command's promise resolves only when the last cell has run)."""
+    page.wait_for_function(KERNEL_READY, arg=path, timeout=60_000)
+    page.evaluate(f"""(path) => {{ const p = ({PANEL})(path);
+                          window.jupyterapp.shell.activateById(p.id);
+                          window.jupyterapp.commands.execute('notebook:run-all-cells'); }}""",
+                  path)
+
+
+def wait_run_all(page, path: str, timeout_s: float) -> None:
+    """Return once every cell of ``path`` has run; fail with the errors cells show (Run All stops
+    at the first), or with the cells still pending after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = page.evaluate(RUN_STATE, path)
+        assert not state["errors"], f"{path}: {state['errors']}"
+        if state["kernel"] == "idle" and not state["pending"]:
+            return
+        assert time.monotonic() < deadline, \
+            f"{path}: Run All not finished after {timeout_s:.0f} s: {json.dumps(state)}"
+        page.wait_for_timeout(300)
 
 
 def widget_text(widget) -> str:
     return "\n".join(widget.locator(".jp-OutputArea-output").all_inner_texts())
 
 
-def move_batch_slider(page, widget) -> tuple[int, int]:
-    """Press → on the interact's batch slider; (value before, value after)."""
+def read_numbers(text: str, patterns: dict[str, str]) -> dict[str, float] | None:
+    """{name: the number ``patterns[name]``'s group captures in text}, None if one is missing."""
+    found = {name: re.search(p, text) for name, p in patterns.items()}
+    return None if None in found.values() else {n: float(m.group(1)) for n, m in found.items()}
+
+
+def batch_step(page, control: str, patterns: dict[str, str]) -> tuple[float, dict, dict]:
+    """In the interact widget that has a control labelled ``control``, press → on its ``batch``
+    slider; (new batch / old batch, numbers read before, numbers read after), each read from the
+    widget's output with ``patterns`` once all of them are there and the text has changed."""
+    widget = page.locator(".widget-interact", has=page.locator(f"label:text-is('{control}')")).first
+    widget.scroll_into_view_if_needed()
     slider = widget.locator(".widget-slider", has=page.locator("label:text-is('batch')")).first
     readout = slider.locator(".widget-readout")
-    before = int(readout.inner_text())
+
+    def numbers_once(unlike: str | None) -> tuple[str, dict]:
+        deadline = time.monotonic() + 30
+        while True:
+            text = widget_text(widget)
+            numbers = read_numbers(text, patterns)
+            if numbers and text != unlike:
+                return text, numbers
+            assert time.monotonic() < deadline, \
+                f"the '{control}' widget never showed {list(patterns)} (new ones):\n{text[:2000]}"
+            page.wait_for_timeout(200)
+
+    text, before = numbers_once(None)
+    batch_before = int(readout.inner_text())
     slider.locator(".noUi-handle").first.focus()
     page.keyboard.press("ArrowRight")
-    page.wait_for_function("([el, v]) => el.textContent.trim() !== v",
-                           arg=[readout.element_handle(), str(before)], timeout=10_000)
-    return before, int(readout.inner_text())
+    _, after = numbers_once(text)
+    batch_after = int(readout.inner_text())
+    assert batch_after > batch_before, (batch_before, batch_after)
+    return batch_after / batch_before, before, after
 
 
-def number(pattern: str, text: str) -> float:
-    m = re.search(pattern, text)
-    assert m, f"{pattern!r} not in the widget's output:\n{text[:2000]}"
-    return float(m.group(1))
+WIDGETS = {  # lesson: (a control only its widget has, what grows with the batch, what must not)
+    "01_resource_ledger": ("width", r"'activation_bytes': (\d+)", r"'param_bytes': (\d+)"),
+    "06_training_memory": ("recompute", r"activations: ([\d.]+) GiB", r"(?m)^params: ([\d.]+) GiB"),
+}
 
 
-def wait_changed(page, widget, old: str) -> str:
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        now = widget_text(widget)
-        if now != old and now.strip():
-            return now
-        page.wait_for_timeout(250)
-    raise AssertionError(f"the widget's output did not change after moving the slider:\n{old}")
+def notebook(lesson: str) -> str:
+    return f"{STUDENT}/{lesson}.ipynb"
 
 
-def test_widgets_follow_their_sliders_in_jupyterlab(lab):
-    base, token, browser = lab
+@pytest.fixture(scope="module")
+def pages(lab):
+    """{lesson: its page in headless Chromium}, each lesson's student edition open in a workspace
+    of its own with Run All started: the lessons run side by side, a kernel each."""
     from playwright.sync_api import sync_playwright
+    base, token, browser, home = lab
     with sync_playwright() as p:
-        chrome = p.chromium.launch(executable_path=browser, headless=True, args=["--no-sandbox"])
-        page = chrome.new_page(viewport={"width": 1400, "height": 1000})
+        chrome = p.chromium.launch(executable_path=browser, headless=True, args=["--no-sandbox"],
+                                   env={**os.environ, "HOME": home})
         try:
-            # lesson 01: the ledger explorer prints predict_step's dict under its bar chart
-            run_all(page, base, token, "notebooks/student/01_resource_ledger.ipynb")
-            widget = page.locator(".widget-interact", has=page.locator("label:text-is('width')")).first
-            widget.scroll_into_view_if_needed()
-            page.wait_for_function("el => el.innerText.includes('activation_bytes')",
-                                   arg=widget.element_handle(), timeout=30_000)
-            old = widget_text(widget)
-            b0, b1 = move_batch_slider(page, widget)
-            new = wait_changed(page, widget, old)
-            kept = [number(r"'activation_bytes': (\d+)", t) for t in (old, new)]
-            params = [number(r"'param_bytes': (\d+)", t) for t in (old, new)]
-            assert b1 > b0 and params[0] == params[1], (b0, b1, params)
-            assert kept[1] / kept[0] == pytest.approx(b1 / b0, rel=0.01), (b0, b1, kept)
-
-            # lesson 06: what fits prints its breakdown in GiB under the stacked bar
-            run_all(page, base, token, "notebooks/student/06_training_memory.ipynb")
-            widget = page.locator(".widget-interact", has=page.locator("label:text-is('recompute')")).first
-            widget.scroll_into_view_if_needed()
-            page.wait_for_function("el => el.innerText.includes('activations:')",
-                                   arg=widget.element_handle(), timeout=30_000)
-            old = widget_text(widget)
-            b0, b1 = move_batch_slider(page, widget)
-            new = wait_changed(page, widget, old)
-            acts = [number(r"activations: ([\d.]+) GiB", t) for t in (old, new)]
-            params = [number(r"(?m)^params: ([\d.]+) GiB", t) for t in (old, new)]
-            assert b1 > b0 and params[0] == params[1], (b0, b1, params)
-            assert acts[1] / acts[0] == pytest.approx(b1 / b0, rel=0.01), (b0, b1, acts)
+            pages = {lesson: chrome.new_page(viewport={"width": 1400, "height": 1000})
+                     for lesson in WIDGETS}
+            for lesson, page in pages.items():  # ?reset: no tabs restored from elsewhere
+                page.goto(f"{base}/lab/workspaces/{lesson}/tree/{notebook(lesson)}"
+                          f"?reset&token={token}")
+            for lesson, page in pages.items():
+                start_run_all(page, notebook(lesson))
+            yield pages
         finally:
             chrome.close()
+
+
+@pytest.mark.parametrize("lesson", list(WIDGETS))
+def test_widget_follows_its_batch_slider_in_jupyterlab(pages, lesson):
+    control, grows, fixed = WIDGETS[lesson]
+    wait_run_all(pages[lesson], notebook(lesson), RUN_ALL_TIMEOUT_S)
+    ratio, before, after = batch_step(pages[lesson], control, {"grows": grows, "fixed": fixed})
+    assert after["fixed"] == before["fixed"], (before, after)
+    assert after["grows"] / before["grows"] == pytest.approx(ratio, rel=0.01), \
+        (ratio, before, after)

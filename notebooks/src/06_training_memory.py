@@ -282,6 +282,13 @@ peak = cuda_peak_bytes(one_step, device)
 snapshot = record_memory_snapshot(one_step, "build/06_memory_snapshot.pickle")
 print("CUDA peak:", "n/a on CPU" if peak is None else f"{peak / 2**20:.1f} MiB",
       "| snapshot:", snapshot or "n/a on CPU")
+# At the end of the forward pass the weights, Adam's moments and every stored activation are alive
+# together, so the allocator's peak cannot be below their predicted sum (it is above it by the
+# temporaries, gradients and workspaces the predictor leaves out). Checked where there is a GPU.
+stored_at_end_of_forward = pred["params"] + pred["optimizer"] + pred["activations"]
+if peak is not None:
+    print(f"predicted stored at the end of forward: {stored_at_end_of_forward / 2**20:.1f} MiB")
+    assert peak >= stored_at_end_of_forward, (peak, stored_at_end_of_forward)
 
 # %% [markdown]
 # **What fits.** The widget below (live kernel only) sets model, batch, sequence, precision,

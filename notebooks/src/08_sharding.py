@@ -52,14 +52,20 @@ print(device, cfg.model)
 # ## 1 · The problem: every data-parallel rank holds 16 bytes per parameter
 #
 # fp32 Adam training keeps 4 bytes of weight, 4 of gradient and 8 of moments per parameter
-# (lesson 06). Under DDP *each* rank holds all of it. A 7 B-parameter model needs 112 GB per
-# rank before a single activation — more than an 80 GB GPU, however many GPUs you buy.
+# (lesson 06). Under DDP *each* rank holds all of it, so a 7 B-parameter model needs the
+# DDP row's total (printed below) per rank before a single activation — more than an 80 GB GPU,
+# however many GPUs you buy.
 
 # %%
 seven_b = 7e9
 show_table([{"stage": stage, **{k: v / GB for k, v in sh.predicted_state_bytes(seven_b, 8, stage).items()},
              "total GB per rank (8 ranks)": sum(sh.predicted_state_bytes(seven_b, 8, stage).values()) / GB}
             for stage in sh.STAGES])
+ddp_per_rank = sum(sh.predicted_state_bytes(seven_b, 8, "ddp").values())
+print(f"DDP: {ddp_per_rank / GB:.0f} GB per rank for 7 B parameters, at any number of ranks")
+# an identity of the table (16 bytes per parameter), and the comparison the sentence makes
+assert ddp_per_rank == 16 * seven_b and ddp_per_rank > 80 * GB
+assert ddp_per_rank == sum(sh.predicted_state_bytes(seven_b, 64, "ddp").values())
 
 # %% [markdown]
 # ## 2 · The mechanism: keep 1/n, fetch the rest just in time

@@ -45,16 +45,16 @@ cfg = config(
             probe_at=(0, 20, 59), average_over=2, b_small=8, b_big=64, draws=4,
             batches=(4, 16, 64, 256), lrs=(0.02, 0.08, 0.32), target=0.6, warmup=5, max_steps=400,
             warmup_batch=256, warmup_steps=20, accumulation=4, micro_batch=8),
-    default=dict(seed=0, hidden=128, layers=3, probe_batch=32, probe_lr=0.08, probe_steps=1000,
-                 probe_at=(0, 20, 40, 80, 120, 160, 240, 320, 480, 640, 800, 999), average_over=5,
-                 b_small=8, b_big=128, draws=8,
+    default=dict(seed=0, hidden=128, layers=3, probe_batch=32, probe_lr=0.08, probe_steps=643,
+                 probe_at=(0, 20, 40, 80, 120, 160, 240, 320, 400, 480, 560, 640), average_over=3,
+                 b_small=16, b_big=512, draws=4,
                  batches=(4, 8, 16, 32, 64, 128, 256, 512, 1024),
                  lrs=(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64), target=0.1, warmup=10,
                  max_steps=3000, warmup_batch=1024, warmup_steps=100, accumulation=32, micro_batch=2),
-    gpu=dict(seed=0, hidden=128, layers=3, probe_batch=32, probe_lr=0.08, probe_steps=1000,
-             probe_at=(0, 20, 40, 80, 120, 160, 240, 320, 480, 640, 800, 999), average_over=5,
-             b_small=8, b_big=128, draws=8,
-             batches=(4, 8, 16, 32, 64, 128, 256, 512, 1024),
+    # gpu: the teaching sizes again; the task is tiny, so the GPU changes only where it runs
+    gpu=dict(seed=0, hidden=128, layers=3, probe_batch=32, probe_lr=0.08, probe_steps=643,
+             probe_at=(0, 20, 40, 80, 120, 160, 240, 320, 400, 480, 560, 640), average_over=3,
+             b_small=16, b_big=512, draws=4, batches=(4, 8, 16, 32, 64, 128, 256, 512, 1024),
              lrs=(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64), target=0.1, warmup=10,
              max_steps=3000, warmup_batch=1024, warmup_steps=100, accumulation=32, micro_batch=2),
 )
@@ -205,24 +205,27 @@ assert np.all(np.abs(np.log(estimate_ratios)) < math.log(estimate_factor))
 assert abs(math.log(np.median(estimate_ratios))) < math.log(1.5)
 
 # %% [markdown]
-# **Claim 2.** The noise scale grows as the loss falls: late in training the gradient signal
-# |G|² shrinks faster than the per-example spread, so a larger batch is needed to see it. We
-# compare the last probe with the largest of the first half of the probes.
+# **Claim 2.** After a first drop from its value at initialisation, the noise scale grows as the
+# loss falls: the gradient signal |G|² shrinks faster than the per-example spread tr Σ, so a
+# larger batch is needed to see it. We compare the last probe with the smallest value and with
+# the value at initialisation.
 
 # %%
-first_half = trajectory[: max(1, len(trajectory) // 2)]
-early_b_simple = max(t["b_simple_exact"] for t in first_half)
-late_b_simple = trajectory[-1]["b_simple_exact"]
-growth = late_b_simple / early_b_simple
-print(f"B_simple: at most {early_b_simple:.0f} while the loss fell from {trajectory[0]['loss']:.2f} to "
-      f"{first_half[-1]['loss']:.2f}; {late_b_simple:.0f} at loss {trajectory[-1]['loss']:.3f} "
-      f"(× {growth:.1f})")
+low = min(trajectory, key=lambda t: t["b_simple_exact"])
+late = trajectory[-1]
+late_b_simple = late["b_simple_exact"]
+growth = late_b_simple / low["b_simple_exact"]
+print(f"B_simple {trajectory[0]['b_simple_exact']:.0f} at initialisation, lowest "
+      f"{low['b_simple_exact']:.0f} at step {low['step']} (loss {low['loss']:.2f}), "
+      f"{late_b_simple:.0f} at step {late['step']} (loss {late['loss']:.3f}): × {growth:.1f} "
+      f"from the lowest")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 if SCALE != "ci":  # at ci the run is too short for the loss to fall far
-    assert trajectory[-1]["loss"] < first_half[-1]["loss"] / 3
-    assert growth > 2, "the noise scale must grow as the loss falls"
+    assert late["loss"] < low["loss"] / 10 and late["step"] > low["step"]
+    assert growth > 4, "the noise scale must grow as the loss falls"
+    assert late_b_simple > trajectory[0]["b_simple_exact"], "... past its value at initialisation"
 
 # %% [markdown]
 # **Claim 3.** Steps fall in proportion to the batch below the noise scale and barely fall far
@@ -287,7 +290,9 @@ plt.show()
 # we require > 1.5 for B ≤ B_crit/4), and doubling one well above it must save little (< 1.3 for
 # B ≥ 4·B_crit). The fit must describe the measurements (every S within 35% of the curve). And
 # B_crit must match the independently measured B_simple: the paper finds them equal to within a
-# small factor on its tasks; we require a factor of 3.
+# small factor on its tasks. We require a factor of 3, because that is about how far B_simple
+# itself moves between probes at nearly the same loss (printed below: the probes within a factor
+# 2 of the target loss).
 
 # %%
 doubling = [(int(b), S[i] / S[i + 1]) for i, b in enumerate(B[:-1]) if B[i + 1] == 2 * b]
@@ -295,6 +300,10 @@ below = [r for b, r in doubling if b <= b_crit / 4]
 above = [r for b, r in doubling if b >= 4 * b_crit]
 fit_error = np.abs((s_min + e_min / B) / S - 1)
 print(f"steps saved per doubling: " + ", ".join(f"B={b}→{2 * b}: ×{r:.2f}" for b, r in doubling))
+near_target = [t["b_simple_exact"] for t in trajectory if cfg.target / 2 <= t["loss"] <= 2 * cfg.target]
+if near_target:
+    print(f"B_simple at the probes within ×2 of the target loss: "
+          f"{', '.join(f'{v:.0f}' for v in near_target)} (spread ×{max(near_target) / min(near_target):.1f})")
 print(f"largest deviation from the fit: {fit_error.max():.0%}; "
       f"B_crit / B_simple = {b_crit / b_simple_target:.2f}")
 
@@ -519,7 +528,8 @@ print(f"{n_measured} devices of batch {b0} (global {n_measured * b0} ≤ B_crit 
 
 # %%
 headline(
-    b_simple_first=trajectory[0]["b_simple_exact"],
+    b_simple_init=trajectory[0]["b_simple_exact"],
+    b_simple_lowest=low["b_simple_exact"],
     b_simple_last=late_b_simple,
     b_simple_at_target=b_simple_target,
     estimator_median_ratio=float(np.median(estimate_ratios)),

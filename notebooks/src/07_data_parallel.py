@@ -311,7 +311,7 @@ assert not torch.equal(moco[0]["own_keys"], moco[1]["own_keys"])
 # - "n ranks = n× faster". The all-reduce is 2(n−1)/n·4Ψ bytes per step *per rank*, but it competes with
 #   compute for time; overlap (DDP's buckets) hides it only when backward is long enough.
 # - "A larger global batch is free". The update equals one large-batch step; whether a large batch
-#   *trains as well* (learning rate, warm-up, generalisation) is a separate question (lesson 02).
+#   *trains as well* (learning rate, warm-up, how far steps still fall) is a separate question (lesson 12).
 # - Memory: every rank still holds the full parameters, gradients and optimizer state. Spreading
 #   those is the next lesson.
 

@@ -1,0 +1,140 @@
+"""How large a batch pays: the gradient noise scale and the steps/examples trade-off (lesson 12).
+
+McCandlish et al. 2018 ("An Empirical Model of Large-Batch Training", arXiv 1812.06162). With G
+the full-data gradient and Σ the per-example gradient covariance, a batch of B examples drawn
+with replacement gives a gradient G_B with
+
+    E |G_B|² = |G|² + tr(Σ) / B                                   (1)
+
+and the simple noise scale is B_simple = tr(Σ) / |G|². Measuring E|G_B|² at two batch sizes
+B_small < B_big solves (1) for both unknowns (the paper's unbiased estimator, its appendix A.1):
+
+    |G|²  ≈ (B_big |G_big|² − B_small |G_small|²) / (B_big − B_small)
+    tr Σ  ≈ (|G_small|² − |G_big|²) / (1/B_small − 1/B_big)
+
+Data parallel hands you both for free: each rank's gradient is a small batch, the all-reduced one
+the big batch. The same model predicts steps S and examples E to reach a target loss:
+
+    S = S_min (1 + B_noise / B),  E = E_min (1 + B / B_noise),  i.e. (S/S_min − 1)(E/E_min − 1) = 1
+
+with B_crit = E_min / S_min; ``fit_steps_examples`` fits it to measured (B, S) pairs.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from . import checks
+
+
+class NoiseScale(NamedTuple):
+    b_simple: float        # tr(Σ) / |G|²
+    grad_sq: float         # |G|², the squared norm of the true gradient
+    trace_cov: float       # tr(Σ), the summed per-example gradient variance
+
+
+def _flat_grad(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def estimate_noise_scale(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
+                         b_small: int, b_big: int, draws: int,
+                         generator: torch.Generator | None = None) -> NoiseScale:
+    """The paper's two-batch-size estimator of B_simple for a classifier with cross-entropy.
+
+    Each of ``draws`` big batches (b_big rows drawn with replacement, so (1) holds exactly) is
+    back-propagated as b_big/b_small micro-batches: their gradients are the small-batch
+    gradients, their mean the big-batch one (what data-parallel ranks and the all-reduce give).
+    |G_small|² and |G_big|² are averaged over everything first, then solved for |G|² and tr Σ:
+    the ratio of averages, as the paper does, not the average of noisy ratios.
+    Leaves the model's .grad fields set to None.
+    """
+    checks.positive_int(b_small, "b_small")
+    checks.positive_int(draws, "draws")
+    checks.positive_int(b_big, "b_big", minimum=2 * b_small)
+    if b_big % b_small:
+        raise ValueError(f"b_big={b_big} must be a multiple of b_small={b_small}: the big batch is "
+                         "made of whole micro-batches")
+    small_sq, big_sq = [], []
+    for _ in range(draws):
+        rows = torch.randint(len(images), (b_big,), generator=generator).to(images.device)
+        grads = []
+        for part in rows.split(b_small):
+            model.zero_grad(set_to_none=True)
+            F.cross_entropy(model(images[part]), labels[part]).backward()
+            grads.append(_flat_grad(model))
+        grads = torch.stack(grads)                        # (b_big/b_small) × parameters
+        small_sq.append(grads.square().sum(1).mean().item())
+        big_sq.append(grads.mean(0).square().sum().item())
+    model.zero_grad(set_to_none=True)
+    g_small, g_big = float(np.mean(small_sq)), float(np.mean(big_sq))
+    grad_sq = (b_big * g_big - b_small * g_small) / (b_big - b_small)
+    trace_cov = (g_small - g_big) / (1 / b_small - 1 / b_big)
+    return NoiseScale(trace_cov / grad_sq, grad_sq, trace_cov)
+
+
+def exact_noise_scale(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> NoiseScale:
+    """B_simple over the whole dataset from every per-example gradient (torch.func.vmap(grad)):
+    G = mean_i g_i, tr Σ = mean_i |g_i − G|². Memory N × parameters: only for small data and
+    models, which is why the paper's estimator exists."""
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def one_loss(p, x, y):
+        return F.cross_entropy(functional_call(model, p, (x[None],)), y[None])
+
+    per_example = vmap(grad(one_loss), in_dims=(None, 0, 0))(params, images, labels)
+    g = torch.cat([v.flatten(1) for v in per_example.values()], 1)    # N × parameters
+    mean = g.mean(0)
+    grad_sq, trace_cov = mean.square().sum().item(), (g - mean).square().sum(1).mean().item()
+    return NoiseScale(trace_cov / grad_sq, grad_sq, trace_cov)
+
+
+def warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int):
+    """Linear warm-up from lr/warmup_steps to lr over warmup_steps updates, then constant
+    (torch's LinearLR; warmup_steps=1 is no warm-up)."""
+    checks.positive_int(warmup_steps, "warmup_steps")
+    if warmup_steps == 1:
+        return torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=0)
+    # update k (from 0) uses lr·(k+1)/warmup_steps: the warmup_steps-th update is the first at lr
+    return torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=1 / warmup_steps,
+                                             total_iters=warmup_steps - 1)
+
+
+def steps_to_target(step: Callable, batches, loss_now: Callable[[], float], *, target: float,
+                    max_steps: int) -> int | None:
+    """Train with ``step(batch)`` over ``batches`` (epoch -> iterator) until ``loss_now()`` (the
+    loss on a fixed evaluation set, checked after every update) is <= target: the number of
+    updates, or None if max_steps pass or the loss stops being finite first."""
+    checks.positive_int(max_steps, "max_steps")
+    done, epoch = 0, 0
+    while True:
+        for batch in batches(epoch):
+            step(batch)
+            done += 1
+            loss = loss_now()
+            if not math.isfinite(loss):
+                return None
+            if loss <= target:
+                return done
+            if done >= max_steps:
+                return None
+        epoch += 1
+
+
+def fit_steps_examples(batch_sizes, steps) -> tuple[float, float]:
+    """(S_min, E_min) of S = S_min + E_min / B, the paper's trade-off (E = B·S), by least squares
+    on relative errors (each row divided by its S, so B=4's thousands of steps do not drown
+    B=1024's tens). B_crit = E_min / S_min."""
+    b = np.asarray(batch_sizes, float)
+    s = np.asarray(steps, float)
+    if b.shape != s.shape or len(b) < 3:
+        raise ValueError("need at least three (batch size, steps) pairs of equal length")
+    design = np.stack([np.ones_like(b), 1 / b], 1) / s[:, None]
+    (s_min, e_min), *_ = np.linalg.lstsq(design, np.ones_like(s), rcond=None)
+    return float(s_min), float(e_min)

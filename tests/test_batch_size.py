@@ -1,0 +1,62 @@
+"""course_utils.batch_size: the noise-scale estimator, the warm-up schedule and the S/E fit."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from course_utils import batch_size as bs
+
+
+def _toy():
+    torch.manual_seed(0)
+    images, labels = torch.randn(256, 6), torch.randint(0, 3, (256,))
+    return torch.nn.Linear(6, 3), images, labels
+
+
+def test_two_batch_estimator_agrees_with_per_example_gradients():
+    model, images, labels = _toy()
+    exact = bs.exact_noise_scale(model, images, labels)
+    estimate = bs.estimate_noise_scale(model, images, labels, b_small=4, b_big=64, draws=64,
+                                       generator=torch.Generator().manual_seed(0))
+    assert exact.b_simple == pytest.approx(exact.trace_cov / exact.grad_sq)
+    assert estimate.grad_sq == pytest.approx(exact.grad_sq, rel=0.3)
+    assert estimate.trace_cov == pytest.approx(exact.trace_cov, rel=0.1)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_estimator_refuses_a_big_batch_that_is_not_whole_micro_batches():
+    model, images, labels = _toy()
+    with pytest.raises(ValueError, match="multiple"):
+        bs.estimate_noise_scale(model, images, labels, b_small=4, b_big=10, draws=1)
+
+
+def test_warmup_is_linear_then_constant():
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched, lrs = bs.warmup_schedule(opt, 4), []
+    for _ in range(6):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 1.0])
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = bs.warmup_schedule(opt, 1)
+    opt.step()
+    sched.step()
+    assert opt.param_groups[0]["lr"] == 1.0
+
+
+def test_fit_recovers_the_papers_curve():
+    batch = np.array([4, 16, 64, 256, 1024])
+    s_min, e_min = bs.fit_steps_examples(batch, 40 + 3000 / batch)
+    assert (s_min, e_min) == pytest.approx((40, 3000))
+    with pytest.raises(ValueError, match="three"):
+        bs.fit_steps_examples([4, 8], [10, 5])
+
+
+def test_steps_to_target_counts_updates_and_gives_up():
+    losses = iter([3.0, 2.0, 1.0, 0.5])
+    batches = lambda epoch: iter(range(2))   # two batches an epoch
+    assert bs.steps_to_target(lambda b: None, batches, lambda: next(losses), target=1.0, max_steps=10) == 3
+    assert bs.steps_to_target(lambda b: None, batches, lambda: 5.0, target=1.0, max_steps=5) is None
+    assert bs.steps_to_target(lambda b: None, batches, lambda: math.nan, target=1.0, max_steps=5) is None

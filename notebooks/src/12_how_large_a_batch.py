@@ -460,6 +460,61 @@ assert accumulation_gap < 1e-12
 
 # %% [raw]
 # # BEGIN QUESTION
+# name: q2_batch_gradient_norm
+# points: 1
+
+# %% [markdown]
+# **Exercise 2 — predict, then measure.** A batch gradient is the true gradient plus noise whose
+# covariance shrinks as 1/B. From a measured `bs.NoiseScale` (fields `grad_sq` = |G|² and
+# `trace_cov` = tr Σ) predict the expected squared norm of a batch-`batch` gradient:
+# `expected_batch_grad_sq(noise, batch)`. The check then measures it on a fresh model: the mean
+# of |G_B|² over a few hundred random batches, next to your prediction.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def expected_batch_grad_sq(noise, batch):
+    # BEGIN SOLUTION
+    return noise.grad_sq + noise.trace_cov / batch
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+check_close(expected_batch_grad_sq(bs.NoiseScale(2.0, 3.0, 6.0), 4), 4.5, rtol=1e-12,
+            what="|G|² = 3, tr Σ = 6, batch 4")
+
+# %%
+# the live measurement: sampling error of a mean over 300 draws is a few percent here
+_fresh = new_model(seed=cfg.seed + 1)
+_noise = bs.exact_noise_scale(_fresh, images, labels)
+_gen, _norms = torch.Generator().manual_seed(0), []
+for _ in range(300):
+    _rows = torch.randint(len(images), (16,), generator=_gen).to(images.device)
+    _fresh.zero_grad(set_to_none=True)
+    F.cross_entropy(_fresh(images[_rows]), labels[_rows]).backward()
+    _norms.append(sum(p.grad.square().sum() for p in _fresh.parameters()).item())
+check_close(expected_batch_grad_sq(_noise, 16), float(np.mean(_norms)), rtol=0.15,
+            what="predicted vs measured mean |G_B|² at batch 16 on a fresh model")
+
+# %%
+# HIDDEN
+check_close(expected_batch_grad_sq(bs.NoiseScale(2.8, 2.5, 7.0), 10**9), 2.5, rtol=1e-6,
+            what="a huge batch sees the true gradient")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
 # name: q1_devices_that_pay
 # points: 1
 

@@ -6,7 +6,9 @@
 # Lesson 07 showed *how* to use more devices: n ranks, n shards of the batch, one update. This
 # lesson asks *whether they pay*. n devices make the global batch n times larger; they shorten
 # training only if n times the batch needs about n times fewer steps. The gradient noise scale
-# (McCandlish et al. 2018) says up to which batch that holds, and we measure it here.
+# (McCandlish et al. 2018) says up to which batch that nearly holds: at the critical batch the
+# steps are still twice the minimum, so devices up to there give at least half the ideal
+# speed-up, and devices beyond it at most a further factor of 2. We measure it here.
 
 # %%
 # On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
@@ -64,6 +66,7 @@ if device.type == "cpu":
 train = load_dataset("digits", "train", device=device)
 images, labels = train.images.flatten(1), train.labels
 print(device, train)
+print(f"N = {len(train)} training images")
 
 # %% [markdown]
 # ## 1 · The problem: does twice the batch halve the steps?
@@ -74,9 +77,9 @@ print(device, train)
 # size gives the same gradient again. Somewhere between, extra examples per step stop buying
 # fewer steps and start buying nothing but compute.
 #
-# The task throughout: an MLP on the embedded 8×8 digits (scikit-learn's, 1437 training images),
-# cross-entropy, SGD with momentum 0.9 from `course_utils.optim`; the loss we watch is the loss on
-# the whole training set, evaluated after every update.
+# The task throughout: an MLP on the embedded 8×8 digits (scikit-learn's training split, whose
+# size is printed above), cross-entropy, SGD with momentum 0.9 from `course_utils.optim`; the
+# loss we watch is the loss on the whole training set, evaluated after every update.
 
 # %%
 def new_model(seed=cfg.seed, dtype=torch.float32):
@@ -105,17 +108,24 @@ def trainer(batch, lr, warmup, seed=cfg.seed):
 # $$\mathbb{E}\,|G_B|^2 = |G|^2 + \frac{\operatorname{tr}\Sigma}{B}.$$
 #
 # The first term is signal, the second noise. They are equal at the **simple noise scale**
-# $B_\text{simple} = \operatorname{tr}\Sigma / |G|^2$. Far below it a step is mostly noise, and
+# $B_\text{simple} = \operatorname{tr}\Sigma / |G|^2$. (Our training batches are drawn *without*
+# replacement from N examples, which shrinks the noise term to
+# $\frac{\operatorname{tr}\Sigma}{B}\frac{N-B}{N-1}$; the with-replacement model ignores that
+# factor, which matters only when B is a sizeable share of N.) Far below it a step is mostly noise, and
 # doubling B halves the noise — nearly as good as taking two steps, so steps fall in proportion.
 # Far above it the gradient is already accurate; doubling B barely changes the step. The paper
-# turns this into a prediction for the steps S and examples E = B·S needed to reach a loss:
+# fits the steps S and examples E = B·S needed to reach a loss with
 #
-# $$S = S_\text{min}\Big(1 + \frac{B_\text{noise}}{B}\Big),\quad
-#   E = E_\text{min}\Big(1 + \frac{B}{B_\text{noise}}\Big)
+# $$S = S_\text{min}\Big(1 + \frac{B_\text{crit}}{B}\Big),\quad
+#   E = E_\text{min}\Big(1 + \frac{B}{B_\text{crit}}\Big)
 #   \;\Longleftrightarrow\; \Big(\frac{S}{S_\text{min}} - 1\Big)\Big(\frac{E}{E_\text{min}} - 1\Big) = 1,$$
 #
-# with the critical batch $B_\text{crit} = E_\text{min}/S_\text{min}$ at the knee; $B_\text{simple}$
-# is its cheap proxy (equal when the Hessian is a multiple of the identity).
+# with the critical batch $B_\text{crit} = E_\text{min}/S_\text{min}$ at the knee: at $B = B_\text{crit}$
+# the steps are $2S_\text{min}$ and the examples $2E_\text{min}$. The paper's noise scale weighs the
+# noise by the Hessian H, $B_\text{noise} = \operatorname{tr}(H\Sigma)/(G^\top H G)$, which equals
+# $B_\text{simple}$ when H is a multiple of the identity. That $B_\text{crit} \approx B_\text{noise}$
+# is the paper's *prediction* (exact only for a quadratic loss with optimally tuned steps), not an
+# identity — and here we compare $B_\text{crit}$ with the cheaper $B_\text{simple}$.
 #
 # **Measuring it.** Measure |G_B|² at two sizes, B_small and B_big, and solve the two equations
 # for the two unknowns (the paper's unbiased estimator):
@@ -123,23 +133,25 @@ def trainer(batch, lr, warmup, seed=cfg.seed):
 # tr Σ ≈ (|G_small|² − |G_big|²)/(1/B_small − 1/B_big). Data parallel gives both for free: each
 # rank's gradient is a small batch and the all-reduced one the big batch.
 # `bs.estimate_noise_scale` does exactly that with micro-batches of B_small inside batches of
-# B_big. The digits are small enough to check it against the exact answer from all 1437
+# B_big. The digits are small enough to check it against the exact answer from all N
 # per-example gradients (`bs.exact_noise_scale`, torch.func's `vmap(grad)`).
 
 # %% [markdown]
 # ## 3 · Worked example: the noise scale during training
 #
-# Train at B = 32 and, at several points, measure B_simple both ways. Each point averages
+# Train at the batch printed below and, at several points, measure B_simple both ways. Each point averages
 # |G|² and tr Σ over a few consecutive updates before taking their ratio (the paper uses
 # moving averages the same way): the iterate of momentum SGD wobbles, and with it |G|².
 
 # %%
+print(f"probe run: B = {cfg.probe_batch}, LR {cfg.probe_lr}, {cfg.probe_steps} steps, probes at steps "
+      f"{', '.join(map(str, cfg.probe_at))}, each averaged over {cfg.average_over} updates")
 probe, probe_step = trainer(cfg.probe_batch, cfg.probe_lr, warmup=1)
 probe_batches = train.batches(cfg.probe_batch, seed=1)
 estimator_rng = torch.Generator().manual_seed(cfg.seed)
 trajectory, window = [], None
 epoch, done = 0, 0
-with tqdm(total=cfg.probe_steps, desc="B=32 with noise-scale probes") as bar:
+with tqdm(total=cfg.probe_steps, desc=f"B={cfg.probe_batch} with noise-scale probes") as bar:
     while done < cfg.probe_steps:
         for batch in probe_batches(epoch):
             if done in cfg.probe_at:
@@ -153,7 +165,9 @@ with tqdm(total=cfg.probe_steps, desc="B=32 with noise-scale probes") as bar:
                     ratio = {k: np.mean([n.trace_cov for n in window[k]]) / np.mean([n.grad_sq for n in window[k]])
                              for k in ("exact", "estimate")}
                     trajectory.append(dict(step=window["step"], loss=window["loss"],
-                                           b_simple_exact=ratio["exact"], b_simple_estimate=ratio["estimate"]))
+                                           b_simple_exact=ratio["exact"], b_simple_estimate=ratio["estimate"],
+                                           grad_sq=np.mean([n.grad_sq for n in window["exact"]]),
+                                           trace_cov=np.mean([n.trace_cov for n in window["exact"]])))
                     window = None
             probe_step(batch)
             done += 1
@@ -189,7 +203,7 @@ plt.show()
 #
 # **Claim 1.** The two-batch-size estimator measures the noise scale: at every probe it agrees
 # with the exact per-example answer within a factor `estimate_factor` set below, and their
-# median ratio is near 1. (Both are random at a point: the estimator draws its batches; the
+# median ratio is within a factor 1.5 of 1. (Both are random at a point: the estimator draws its batches; the
 # exact value is exact only for the current wobbling iterate.)
 
 # %%
@@ -207,18 +221,22 @@ assert abs(math.log(np.median(estimate_ratios))) < math.log(1.5)
 # %% [markdown]
 # **Claim 2.** After a first drop from its value at initialisation, the noise scale grows as the
 # loss falls: the gradient signal |G|² shrinks faster than the per-example spread tr Σ, so a
-# larger batch is needed to see it. We compare the last probe with the smallest value and with
-# the value at initialisation.
+# larger batch is needed to see it. We compare the last probe with the smallest value (which
+# must come after step 0) and with the value at initialisation, and check the mechanism: from
+# the lowest probe to the last, |G|² must fall by a larger factor than tr Σ.
 
 # %%
 low = min(trajectory, key=lambda t: t["b_simple_exact"])
 late = trajectory[-1]
 late_b_simple = late["b_simple_exact"]
 growth = late_b_simple / low["b_simple_exact"]
+grad_sq_fall = low["grad_sq"] / late["grad_sq"]
+trace_cov_fall = low["trace_cov"] / late["trace_cov"]
 print(f"B_simple {trajectory[0]['b_simple_exact']:.0f} at initialisation, lowest "
       f"{low['b_simple_exact']:.0f} at step {low['step']} (loss {low['loss']:.2f}), "
       f"{late_b_simple:.0f} at step {late['step']} (loss {late['loss']:.3f}): × {growth:.1f} "
       f"from the lowest")
+print(f"from the lowest probe to the last: |G|² fell ×{grad_sq_fall:.1f}, tr Σ fell ×{trace_cov_fall:.1f}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -226,15 +244,24 @@ if SCALE != "ci":  # at ci the run is too short for the loss to fall far
     assert late["loss"] < low["loss"] / 10 and late["step"] > low["step"]
     assert growth > 4, "the noise scale must grow as the loss falls"
     assert late_b_simple > trajectory[0]["b_simple_exact"], "... past its value at initialisation"
+    assert low["step"] > 0, "the noise scale must first drop below its value at initialisation"
+    assert grad_sq_fall > trace_cov_fall, "the growth must come from |G|² falling faster than tr Σ"
 
 # %% [markdown]
-# **Claim 3.** Steps fall in proportion to the batch below the noise scale and barely fall far
-# above it, as $S = S_\text{min} + E_\text{min}/B$ says. For each batch size we train from the same
+# **Claim 3.** Steps fall nearly in proportion to the batch well below B_crit and barely fall
+# far above it, as $S = S_\text{min} + E_\text{min}/B$ says. For each batch size we train from the same
 # initial weights until the training loss reaches the target, trying each learning rate of a
 # grid (the paper tunes the LR per batch size too) with a linear warm-up, and keep the fewest
 # steps. A run that needs more steps than the best so far is stopped there.
+#
+# Two limits of this design. The warm-up is a fixed number of steps (printed below), so at large
+# B, where few steps are needed, it is a larger share of the run: that biases S upward there,
+# and so S_min up and B_crit down. And the batches are drawn without replacement, so at B near N
+# the gradient noise is smaller than the with-replacement model says (section 2).
 
 # %%
+print(f"batch sizes {', '.join(map(str, cfg.batches))}; LR grid {', '.join(map(str, cfg.lrs))}; "
+      f"warm-up {cfg.warmup} steps; target loss {cfg.target}; at most {cfg.max_steps} steps")
 sweep = []
 for batch in tqdm(cfg.batches, desc="batch sizes"):
     batches = train.batches(batch, seed=1)
@@ -258,6 +285,8 @@ b_crit = e_min / s_min
 losses = np.array([t["loss"] for t in trajectory])
 b_simples = np.array([t["b_simple_exact"] for t in trajectory])
 order = np.argsort(losses)
+# np.interp would silently clamp to the end value outside the probed losses
+assert losses.min() <= cfg.target <= losses.max(), "the probe run must pass through the target loss"
 b_simple_target = float(np.exp(np.interp(math.log(cfg.target), np.log(losses[order]),
                                          np.log(b_simples[order]))))
 print(f"fit: S_min = {s_min:.1f} steps, E_min = {e_min:.0f} examples, B_crit = E_min/S_min = "
@@ -276,23 +305,32 @@ for a, what in ((ax_s, "steps S to the target"), (ax_e, "examples E to the targe
     a.set_xlabel("batch size B")
     a.set_ylabel(what)
     a.legend(fontsize=8)
-ax_tr.loglog(E / e_min - 1 + 1e-3, S / s_min - 1 + 1e-3, "o", label="measured")
-x = np.geomspace(0.02, 50, 100)
-ax_tr.loglog(x, 1 / x, "-", label="(S/S_min − 1)(E/E_min − 1) = 1")
-ax_tr.set_xlabel("E/E_min − 1")
-ax_tr.set_ylabel("S/S_min − 1")
+# a point with S ≤ S_min or E ≤ E_min (possible for a fitted S_min, E_min) has no place on log axes
+on_axes = (S > s_min) & (E > e_min)
+ax_tr.loglog(E[on_axes] / e_min, S[on_axes] / s_min, "o",
+             label=f"measured ({(~on_axes).sum()} off the axes)")
+excess = E[on_axes] / e_min - 1 if on_axes.any() else np.array([1.0])
+x = 1 + np.geomspace(excess.min() / 2, excess.max() * 2, 100)  # the curve over the points' range
+ax_tr.loglog(x, 1 + 1 / (x - 1), "-", label="S/S_min = 1 + 1/(E/E_min − 1)")
+ax_tr.set_xlabel("E/E_min")
+ax_tr.set_ylabel("S/S_min")
 ax_tr.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What to assert. Doubling a batch well below B_crit must save most of the steps (a ratio near 2;
-# we require > 1.5 for B ≤ B_crit/4), and doubling one well above it must save little (< 1.3 for
-# B ≥ 4·B_crit). The fit must describe the measurements (every S within 35% of the curve). And
-# B_crit must match the independently measured B_simple: the paper finds them equal to within a
-# small factor on its tasks. We require a factor of 3, because that is about how far B_simple
-# itself moves between probes at nearly the same loss (printed below: the probes within a factor
-# 2 of the target loss).
+# The right panel re-displays the same fit in the paper's coordinates, S/S_min against E/E_min
+# with the curve S/S_min = 1 + 1/(E/E_min − 1): it is not a separate test of the model. A point
+# whose S ≤ S_min or E ≤ E_min has no place on its log axes and is left out (the legend counts them).
+#
+# What to assert. Doubling a batch well below B_crit must save most of the steps: we require a
+# ratio ≥ 1.5 for B ≤ B_crit/4 (the model itself gives (1 + 4)/(1 + 2) ≈ 1.67 there, not 2).
+# Doubling one well above it must save little (< 1.3 for B ≥ 4·B_crit). The fit must describe the
+# measurements (every S within 35% of the curve). And B_crit must match the independently
+# measured B_simple: the paper predicts B_crit ≈ B_noise and finds them within a small factor on
+# its tasks. The factor we allow, `crit_tolerance`, is a choice, not derived: it is set against
+# how far B_simple itself moves between probes at nearly the same loss (printed below: the probes
+# within a factor 2 of the target loss).
 
 # %%
 doubling = [(int(b), S[i] / S[i + 1]) for i, b in enumerate(B[:-1]) if B[i + 1] == 2 * b]
@@ -301,9 +339,11 @@ above = [r for b, r in doubling if b >= 4 * b_crit]
 fit_error = np.abs((s_min + e_min / B) / S - 1)
 print(f"steps saved per doubling: " + ", ".join(f"B={b}→{2 * b}: ×{r:.2f}" for b, r in doubling))
 near_target = [t["b_simple_exact"] for t in trajectory if cfg.target / 2 <= t["loss"] <= 2 * cfg.target]
-if near_target:
-    print(f"B_simple at the probes within ×2 of the target loss: "
-          f"{', '.join(f'{v:.0f}' for v in near_target)} (spread ×{max(near_target) / min(near_target):.1f})")
+assert near_target, "no probe within ×2 of the target loss: the spread below cannot be shown"
+crit_tolerance = 3.0  # a choice, set against the spread printed next, not derived
+print(f"B_simple at the probes within ×2 of the target loss: "
+      f"{', '.join(f'{v:.0f}' for v in near_target)} (spread ×{max(near_target) / min(near_target):.1f}); "
+      f"tolerance on B_crit / B_simple: ×{crit_tolerance:g}")
 print(f"largest deviation from the fit: {fit_error.max():.0%}; "
       f"B_crit / B_simple = {b_crit / b_simple_target:.2f}")
 
@@ -311,17 +351,20 @@ print(f"largest deviation from the fit: {fit_error.max():.0%}; "
 # NBVAL_CHECK_OUTPUT
 if SCALE != "ci":  # ci's few batch sizes cannot resolve the knee
     assert len(reached) == len(sweep), "every batch size must reach the target"
-    assert below and min(below) > 1.5, "below B_crit doubling the batch must nearly halve the steps"
+    assert below and min(below) >= 1.5, "below B_crit doubling the batch must nearly halve the steps"
     assert above and max(above) < 1.3, "far above B_crit doubling the batch must save little"
     assert fit_error.max() < 0.35
-    assert 1 / 3 < b_crit / b_simple_target < 3
+    assert 1 / crit_tolerance < b_crit / b_simple_target < crit_tolerance
 assert s_min > 0 and e_min > 0
 
 # %% [markdown]
 # **Claim 4 — the linear scaling rule (Goyal et al. 2017).** Where steps fall in proportion,
 # each example moves the weights by the same amount whatever the batch, so the LR should grow
-# in proportion to B. The best LR of each batch size above shows it, and shows where it stops:
-# past B_crit the best LR saturates at the largest step the loss surface tolerates.
+# in proportion to B. What we assert is weaker: up to B_crit the best LR grows by at least a
+# quarter of the factor by which B grows, and at the largest batch it is below a quarter of what
+# the linear rule gives — past B_crit it saturates at the largest step the loss surface
+# tolerates. We also assert that every best LR lies strictly inside the grid, so none of them
+# is merely the grid's edge.
 
 # %%
 best_lr = np.array([r["lr"] for r in reached])
@@ -343,6 +386,8 @@ if SCALE != "ci":
     small_b = B <= b_crit
     assert best_lr[small_b][-1] / best_lr[0] >= (B[small_b][-1] / B[0]) / 4, "LR grows with B below B_crit"
     assert best_lr[-1] < linear_lr_at_largest / 4, "far above B_crit the best LR saturates"
+    # the grid edges: a best LR at either end would be a bound, not a best
+    assert cfg.lrs[0] < best_lr.min() and best_lr.max() < cfg.lrs[-1], "best LRs strictly inside the grid"
 
 # %% [markdown]
 # **Claim 5 — warm-up.** Goyal et al. start the large-batch run at a small LR and raise it
@@ -387,7 +432,10 @@ show_table([{"arm": k, "final loss": v, "lowest loss": float(np.nanmin(arms[k]))
 # On this task warm-up does **not** rescue the linearly scaled LR: the failure is not an early
 # transient but an LR beyond what the loss surface tolerates for the whole run, so after the
 # warm-up it fails the same way. Only a smaller LR — the saturation seen in claim 4 — works. The
-# assert states that: both linear-LR arms end well above the reference.
+# assert states that: both linear-LR arms end well above the reference. Note the regime: the
+# test batch is past B_crit, where the linear rule already fails (claim 4), so "warm-up does not
+# rescue" is a statement about that regime only; below B_crit, where the linear rule holds, we
+# did not test warm-up.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -398,8 +446,9 @@ if SCALE != "ci":
             assert not value < 2 * reference, f"{name}: warm-up rescued the linear LR after all"
 
 # %% [markdown]
-# **Claim 6 — accumulation keeps the batch, so it keeps the LR.** The training notes set a
-# learning rate "for one GPU at batch 2 accumulated to 64". Accumulating k micro-batches of b
+# **Claim 6 — accumulation keeps the batch, so it keeps the LR.** The course's training-practice
+# notes give a default learning rate "for one GPU at batch 2 accumulated to 64". Our own k and b
+# are printed below. Accumulating k micro-batches of b
 # (each loss scaled by 1/k, gradients summed, one update) is one update on the mean gradient of
 # k·b examples: the same update as batch k·b, so the LR tuned for batch k·b is the one to use,
 # not the LR for b. In float64 and without BatchNorm (whose statistics would differ per
@@ -430,10 +479,12 @@ assert accumulation_gap < 1e-12
 #
 # **The ledger.** A global batch B spread over n devices puts B/n examples' activations in each
 # device's *kept for backward* line and the same gradient bytes in its *communicated* line
-# (lesson 07). Adding devices shrinks the first per device but not the second, and shortens
-# training only while B stays below the noise scale. With the B_simple measured here, more than
-# B_simple/b devices of per-device batch b buy almost no further reduction in steps — they
-# turn into compute spent on examples that do not help.
+# (lesson 07). Adding devices shrinks the first per device but not the second. In steps (and so
+# in wall-clock time, if a step's time does not grow with n): at B = B_crit the steps are
+# 2·S_min, so up to B_crit/b devices of per-device batch b deliver at least half the ideal
+# speed-up, and any number beyond that at most a further factor of 2. In compute: the examples
+# processed are E_min(1 + B/B_crit), so past B_crit each doubling of the devices roughly doubles
+# the examples — compute spent on examples that barely shorten training.
 #
 # **SimCLR's batch has two roles.** In lesson 02 the batch is also the set of *negatives*: each
 # anchor's contrastive task gets harder and its loss better informed as B grows, a property of
@@ -446,14 +497,26 @@ assert accumulation_gap < 1e-12
 # - One small task. B_simple and B_crit depend on the model, the data and the target loss; the
 #   paper's tasks range from tens (MNIST) to millions (Dota). The number to carry away is the
 #   method — measure the noise scale on *your* run, at the loss you care about.
-# - B_simple is the proxy; the paper's B_noise also weighs the noise by the Hessian. Agreement
-#   within a factor of 3 is what we assert; it need not hold on other tasks.
-# - The LR grid is coarse (factors of 2), so every S is an upper bound on the best S, by up to the
-#   benefit of a better LR in between.
-# - Digits has 1437 images: a batch of 1024 samples most of the data each step, so "far beyond"
-#   B_crit here means ten-fold, not a thousand-fold.
-# - Warm-up did not help on this small MLP; on deep networks with BatchNorm (Goyal's ResNet-50)
-#   the early instability it fixes is real. Claim 5 is a measurement on this task, not a rule.
+# - B_simple is the proxy; the paper's B_noise also weighs the noise by the Hessian, and
+#   B_crit ≈ B_noise is its prediction, not an identity. Agreement within `crit_tolerance` is
+#   what we assert; it need not hold on other tasks.
+# - The LR grid is coarse (its ratios are printed with the sweep), so every S is an upper bound
+#   on the best S, by up to the benefit of a better LR in between.
+# - Digits is small: the largest batch samples a large share of the N training images each step
+#   (both printed below), so "far beyond" B_crit here means the factor printed below, not a
+#   thousand-fold. Training batches are drawn without replacement, so at such B the gradient
+#   noise is tr Σ/B·(N−B)/(N−1), smaller than the with-replacement model used by the estimator
+#   and by the S/E curve.
+# - The sweep's warm-up is a fixed number of steps, a larger share of the run at large B: it
+#   biases S upward there, so S_min up and B_crit down.
+# - Warm-up was tested only past B_crit, where the linear rule already fails; on this small MLP
+#   it did not help there. On deep networks with BatchNorm (Goyal's ResNet-50) the early
+#   instability it fixes is real. Claim 5 is a measurement in that regime on this task, not a rule.
+
+# %%
+print(f"N = {len(train)}; largest batch {int(B[-1])} = {B[-1] / len(train):.0%} of N, "
+      f"×{B[-1] / b_crit:.1f} B_crit; LR grid ratios "
+      f"{', '.join(f'{b / a:g}' for a, b in zip(cfg.lrs, cfg.lrs[1:]))}")
 
 # %% [markdown]
 # ## Exercises
@@ -520,7 +583,7 @@ check_close(expected_batch_grad_sq(bs.NoiseScale(2.8, 2.5, 7.0), 10**9), 2.5, rt
 
 # %% [markdown]
 # **Exercise 1 —** Each device holds `per_device_batch` examples. Using the noise scale as the
-# knee, how many devices still cut the number of steps nearly in proportion? Return the largest
+# knee, how many devices still deliver at least half the ideal speed-up? Return the largest
 # n (at least 1) whose global batch n·`per_device_batch` does not exceed `b_simple`. Then, from
 # $S \propto 1 + B_\text{noise}/B$ with $B_\text{noise}$ = `b_simple`, write `step_speedup(b_simple,
 # per_device_batch, devices)`: how many times fewer steps n devices need than one.
@@ -569,8 +632,9 @@ assert step_speedup(b_crit, 4, 1000) < 1 + b_crit / 4 + 1e-9, "the speed-up is c
 # # END QUESTION
 
 # %% [markdown]
-# The measured check: the speed-up the fitted curve predicts for the devices that pay, next to
-# the measured step counts.
+# The measured check: for the largest measured number of devices whose global batch stays
+# within B_crit, the measured step speed-up next to the fitted curve's and the ideal one. The
+# model promises at least half the ideal there, and that is what we assert.
 
 # %%
 b0 = int(B[0])
@@ -580,6 +644,11 @@ measured_speedup = S[0] / S[list(B).index(n_measured * b0)]
 predicted_speedup = (1 + b_crit / b0) / (1 + b_crit / (n_measured * b0))
 print(f"{n_measured} devices of batch {b0} (global {n_measured * b0} ≤ B_crit {b_crit:.0f}): steps "
       f"÷{measured_speedup:.1f} measured, ÷{predicted_speedup:.1f} predicted, ideal ÷{n_measured}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+if SCALE != "ci":  # up to B_crit the model promises at least half the ideal speed-up
+    assert measured_speedup >= 0.5 * n_measured, "devices up to B_crit must give half the ideal speed-up"
 
 # %%
 headline(

@@ -77,11 +77,14 @@ def describe_device() -> dict:
 
 
 def core_seconds() -> float:
-    """CPU seconds this process has used divided by torch's thread count: the wall-clock time the
-    work would take on an otherwise idle machine with that many cores. Budgets and timings on a
-    shared, oversubscribed CPU machine (CI, a laptop running other things) use it, since
-    wall-clock there measures the neighbours too. Not for CUDA work or DataLoader workers, whose
-    time is spent outside this process's CPU."""
+    """CPU seconds this process has used divided by torch's thread count: a proxy for the
+    wall-clock time the work would take on an otherwise idle machine with that many cores.
+    Budgets and timings on a shared, oversubscribed CPU machine (CI, a laptop running other
+    things) use it, since wall-clock there measures the neighbours too. It is biased both ways:
+    work that runs on one thread (small ops, Python dispatch) counts 1/threads of its wall time,
+    and OpenMP threads spinning while they wait under contention add CPU time that an idle
+    machine would not spend. Not for CUDA work or DataLoader workers, whose time is spent outside
+    this process's CPU."""
     return time.process_time() / torch.get_num_threads()
 
 

@@ -195,11 +195,11 @@ def transformer_activation_bytes(layers: int, hidden: int, heads: int, vocab: in
     precision="bf16-mixed" or "fp16-mixed" uses Korthikanti's 16-bit per-layer count; "fp32" the count derived
     for the kit's TinyGPT (no dropout), which is what a CPU run measures.
     """
-    _positive_ints(layers=layers)
-    per_layer = (korthikanti_layer_activation_bytes if precision in MIXED_PRECISIONS
-                 else tinygpt_layer_activation_bytes)
     checks.choice(precision, "precision", PRECISIONS)
-    return (layers * per_layer(seq, batch, hidden, heads, recompute)
+    if precision not in MIXED_PRECISIONS:
+        return tinygpt_activation_bytes(layers, hidden, heads, vocab, seq, batch, recompute=recompute)
+    _positive_ints(layers=layers)
+    return (layers * korthikanti_layer_activation_bytes(seq, batch, hidden, heads, recompute)
             + head_activation_bytes(seq, batch, hidden, vocab, precision))
 
 

@@ -14,7 +14,8 @@ outside any graph, both views of all N images and the cached z and z.grad: that 
 its side of the cap (``held_across_chunks``). The largest batches are extrapolations of those forms
 far beyond the measured sizes: they count these lines only, not the encoder's backward temporaries. Goals: gradient caching +
 tiled fits >= 16x the naive batch; its time per image is within 1.6x of naive where both fit (it
-pays one extra encoder forward). Tiled loss alone at N = 8192, d = 128: kept-for-backward <= 5%
+pays one extra encoder forward), the median of five interleaved rounds of five steps each, with
+the rounds' spread reported (core-seconds move with machine load, so one round proves little). Tiled loss alone at N = 8192, d = 128: kept-for-backward <= 5%
 of the plain loss's.
 """
 from __future__ import annotations
@@ -94,15 +95,29 @@ def held_across_chunks(n: int) -> float:
     return 2 * n * 3 * IMAGE_SIZE ** 2 * 4 + 2 * (2 * n * PROJ_DIM * 4)
 
 
-def seconds_per_image(method: str, n: int, steps: int) -> tuple[float, dict]:
-    """(core-seconds per image, the step's achieved FLOP/s and MFU against ``peak_flops()``)."""
-    _, step, images = _step(method, n)
-    step(images)
-    start = core_seconds()
-    for _ in range(steps):
-        step(images)
-    seconds = (core_seconds() - start) / (steps * n)
-    return seconds, step_utilisation(lambda: step(images), seconds * n)
+def seconds_per_image(methods: tuple[str, ...], n: int, steps: int, rounds: int) -> dict:
+    """Core-seconds per image of each method, timed in ``rounds`` interleaved rounds of ``steps``
+    steps (method A, then B, then A again ...), so a change in machine load during the run falls on
+    every method alike. Returns {"rounds": {method: [s/image per round]}, "median": {method: s},
+    "ratio_per_round": [second method / first, per round], "utilisation": {method: FLOP/s and MFU
+    of the median round}}."""
+    built = {m: _step(m, n) for m in methods}
+    for _, step, images in built.values():
+        step(images)                                            # warm-up: allocator, thread pool
+    per_round = {m: [] for m in methods}
+    for _ in range(rounds):
+        for m, (_, step, images) in built.items():
+            start = core_seconds()
+            for _ in range(steps):
+                step(images)
+            per_round[m].append((core_seconds() - start) / (steps * n))
+    median = {m: float(np.median(v)) for m, v in per_round.items()}
+    first, second = methods
+    ratios = [b / a for a, b in zip(per_round[first], per_round[second])]
+    utilisation = {m: step_utilisation(lambda step=step, images=images: step(images), median[m] * n)
+                   for m, (_, step, images) in built.items()}
+    return {"rounds": per_round, "median": median, "ratio_per_round": ratios,
+            "utilisation": utilisation}
 
 
 def tiled_loss_alone(n: int, d: int) -> dict:
@@ -116,16 +131,17 @@ def run(quick: bool = False) -> dict:
     rows = {m: largest_batch(m, sizes, loss_sizes) for m in METHODS}
     naive_n = rows["naive"]["largest_batch_under_cap"]
     time_n = 64 if quick else 256
-    timed = {m: seconds_per_image(m, time_n, 1 if quick else 3) for m in ("naive", "gradient caching + tiled")}
-    timing = {m: seconds for m, (seconds, _) in timed.items()}
-    utilisation = {m: u for m, (_, u) in timed.items()}
+    timed = seconds_per_image(("naive", "gradient caching + tiled"), time_n,
+                              steps=1 if quick else 5, rounds=1 if quick else 5)
+    timing, utilisation, ratios = timed["median"], timed["utilisation"], timed["ratio_per_round"]
     tiled = tiled_loss_alone(1024 if quick else 8192, 128)
     summary = {
         "cap_gib": CAP_BYTES / 2**30,
         **{f"largest_batch_{m.replace(' ', '_').replace('+', 'plus')}": r["largest_batch_under_cap"]
            for m, r in rows.items()},
         "caching_tiled_over_naive_batch": rows["gradient caching + tiled"]["largest_batch_under_cap"] / max(1, naive_n),
-        "time_per_image_ratio_caching_tiled_over_naive": timing["gradient caching + tiled"] / timing["naive"],
+        "time_per_image_ratio_caching_tiled_over_naive": float(np.median(ratios)),
+        "time_per_image_ratio_spread": [min(ratios), max(ratios)],
         "tiled_loss_kept_ratio": tiled["ratio"],
         **{f"step_mfu_{m.replace(' ', '_').replace('+', 'plus')}": u["mfu"] for m, u in utilisation.items()},
         "worst_prediction_rel_error": max(r["prediction_rel_error"] for r in rows.values()),
@@ -135,8 +151,10 @@ def run(quick: bool = False) -> dict:
                                 and (quick or tiled["ratio"] <= 0.05))
     return {"config": dict(cap_bytes=CAP_BYTES, image_size=IMAGE_SIZE, backbone="SmallResNet(width=16)",
                            chunk_images=CHUNK, tile=TILE, step_sizes=sizes, loss_sizes=loss_sizes,
-                           timing_batch=time_n),
-            "methods": rows, "seconds_per_image": timing, "step_utilisation": utilisation,
+                           timing_batch=time_n, timing_steps_per_round=1 if quick else 5,
+                           timing_rounds=1 if quick else 5),
+            "methods": rows, "seconds_per_image": timing, "seconds_per_image_rounds": timed["rounds"],
+            "step_utilisation": utilisation,
             "tiled_loss_alone": tiled,
             "goals": {"caching_tiled_over_naive_batch": ">= 16", "time_per_image_ratio": "<= 1.6",
                       "tiled_loss_kept_ratio_at_8192": "<= 0.05"},

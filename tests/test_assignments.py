@@ -453,11 +453,44 @@ def test_instructor_grades_a_folder_to_csv(dist, tmp_path):
     alice, bob = rows["alice_correct.ipynb"], rows["bob_blank.ipynb"]
     assert alice["status"] == bob["status"] == "ok"
     assert float(alice["q1_param_bytes"]) == 1 and float(alice["q2_adam_ratio"]) == 2
-    assert float(alice["total"]) == float(alice["possible"]) == 3
-    assert float(bob["total"]) == 0 and float(bob["possible"]) == 3
+    assert float(alice["q3_variant_resident_bytes"]) == 1
+    assert float(alice["total"]) == float(alice["possible"]) == 4
+    assert float(bob["total"]) == 0 and float(bob["possible"]) == 4
     feedback = (out / "feedback" / "bob_blank.txt").read_text()
     assert "not answered yet" in feedback and "q2_adam_ratio: 0 / 2" in feedback
     assert_readable_feedback(feedback)
+
+
+def test_variants_are_graded_per_student(dist, tmp_path):
+    """Two students answer their own variant of the sample's q3 with a typed number (what a
+    learner who predicted by hand hands in): each gets the point. A third hands in the first
+    student's number under their own name and does not: the grader checks each answer against
+    the live measurement for the configuration drawn from the submission's own name."""
+    from course_utils.variants import exercise_variant
+    folder = assigned(dist, SAMPLE)
+    zip_path = folder / f"{SAMPLE}-autograder.zip"
+    options = dict(d_in=(8, 16, 24, 32, 48), d_out=(4, 3, 5, 6, 7))  # as in tests/fixtures/98_sample.py
+    answer = {s: 16 * (v.d_in * v.d_out + v.d_out) for s in ("ada", "grace", "linus")
+              for v in [exercise_variant(SAMPLE, s, **options)]}
+    assert len(set(answer.values())) == 3, f"pick students whose variants differ: {answer}"
+    handed_in = {"ada": answer["ada"], "grace": answer["grace"], "linus": answer["ada"]}
+    student = load(folder / "student" / f"{SAMPLE}.ipynb")
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for name, value in handed_in.items():
+        nb = json.loads(json.dumps(student))
+        for cell in nb["cells"]:
+            if "variant_resident_bytes" in source(cell) and \
+                    "otter_answer_cell" in cell["metadata"].get("tags", []):
+                cell["source"] = f"variant_resident_bytes = {value}"
+        (subs / f"{name}.ipynb").write_text(json.dumps(nb))
+    out = tmp_path / "grades"
+    grade.grade_folder(zip_path, subs, out, timeout=300, jobs=2)
+    rows = {r["submission"]: r for r in csv.DictReader(open(out / "scores.csv"))}
+    got = {n: float(rows[f"{n}.ipynb"]["q3_variant_resident_bytes"]) for n in handed_in}
+    assert got == {"ada": 1.0, "grace": 1.0, "linus": 0.0}, got
+    feedback = (out / "feedback" / "linus.txt").read_text()
+    assert "graded as student 'linus'" in feedback and str(answer["linus"]) in feedback.replace(",", "")
 
 
 def test_grading_time_limit_kills_a_slow_submission(dist, tmp_path):

@@ -28,6 +28,11 @@ error messages reveal (e.g. the expected number), are side channels the student 
 feedback only if you return it. Without bubblewrap the sandbox is only the limits and the clean
 environment (the submission can read your files and reach the network); grading prints that
 loudly. Submissions run at ``COURSE_SCALE=ci`` by default: exercise tests must not depend on it.
+
+Per-student variants (course_utils/variants.py): each submission is graded as the student its
+file is named after (``alice.ipynb`` -> "alice"; otter's exports are named the same way), and
+both stages see that ID as ``$COURSE_STUDENT_ID``; tests compare answers with the kit's
+measurement for that student's configuration.
 """
 from __future__ import annotations
 
@@ -146,15 +151,23 @@ def _drain(fd: int, sink: bytearray) -> None:
 
 
 def run_one(submission: Path, autograder: Path, *, timeout: float, scale: str,
-            keep: Path | None = None, limits: sandbox.Limits = sandbox.Limits()) -> dict:
+            keep: Path | None = None, limits: sandbox.Limits = sandbox.Limits(),
+            student: str | None = None) -> dict:
     """Grade one submission (both stages, each sandboxed, ``timeout`` seconds for both together);
     return status, scores, feedback. With ``keep``, results.json and the executed notebook are
-    written there."""
+    written there. ``student`` (default: the submission's file name without its suffix) is the
+    ID the exercise variants are drawn for (``$COURSE_STUDENT_ID`` in both stages, so the trusted
+    stage 2 checks the answers against *this* student's configuration, whatever the notebook's
+    own STUDENT_ID says)."""
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    student = Path(submission).stem if student is None else student
+    if not isinstance(student, str) or not student.strip():
+        raise ValueError(f"student must be a non-empty ID (the exercise variants are drawn from "
+                         f"it), got {student!r}")
     deadline = time.monotonic() + timeout
     readonly, env = kit_paths()
-    env.update(COURSE_SCALE=scale)
+    env.update(COURSE_SCALE=scale, COURSE_STUDENT_ID=student.strip())
     python = sys.executable
 
     def failed(status: str, why: str, log: str = "") -> dict:
@@ -213,7 +226,9 @@ def run_one(submission: Path, autograder: Path, *, timeout: float, scale: str,
                           f"(exit status {second.returncode})", second.output)
         if keep is not None:
             (Path(keep) / "results.json").write_text(json.dumps(raw, indent=1))
-    return {"status": STATUS_OK, "scores": scores, "raw": raw, "feedback": feedback_text(raw)}
+    return {"status": STATUS_OK, "scores": scores, "raw": raw,
+            "feedback": f"graded as student {student.strip()!r} (exercise variants are drawn "
+                        f"from this ID)\n\n" + feedback_text(raw)}
 
 
 def question_scores(raw: dict) -> dict[str, tuple[float, float]]:

@@ -19,6 +19,7 @@ if "google.colab" in sys.modules:
 # %% tags=["parameters"]
 import os
 SCALE = os.environ.get("COURSE_SCALE", "default")
+STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your exercises' numbers are drawn from it
 
 # %%
 import copy

@@ -470,10 +470,10 @@ def test_variants_are_graded_per_student(dist, tmp_path):
     folder = assigned(dist, SAMPLE)
     zip_path = folder / f"{SAMPLE}-autograder.zip"
     options = dict(d_in=(8, 16, 24, 32, 48), d_out=(4, 3, 5, 6, 7))  # as in tests/fixtures/98_sample.py
-    answer = {s: 16 * (v.d_in * v.d_out + v.d_out) for s in ("ada", "grace", "linus")
+    answer = {s: 16 * (v.d_in * v.d_out + v.d_out) for s in ("ada", "barbara", "linus")
               for v in [exercise_variant(SAMPLE, s, **options)]}
     assert len(set(answer.values())) == 3, f"pick students whose variants differ: {answer}"
-    handed_in = {"ada": answer["ada"], "grace": answer["grace"], "linus": answer["ada"]}
+    handed_in = {"ada": answer["ada"], "barbara": answer["barbara"], "linus": answer["ada"]}
     student = load(folder / "student" / f"{SAMPLE}.ipynb")
     subs = tmp_path / "subs"
     subs.mkdir()
@@ -488,7 +488,7 @@ def test_variants_are_graded_per_student(dist, tmp_path):
     grade.grade_folder(zip_path, subs, out, timeout=300, jobs=2)
     rows = {r["submission"]: r for r in csv.DictReader(open(out / "scores.csv"))}
     got = {n: float(rows[f"{n}.ipynb"]["q3_variant_resident_bytes"]) for n in handed_in}
-    assert got == {"ada": 1.0, "grace": 1.0, "linus": 0.0}, got
+    assert got == {"ada": 1.0, "barbara": 1.0, "linus": 0.0}, got
     feedback = (out / "feedback" / "linus.txt").read_text()
     assert "graded as student 'linus'" in feedback and str(answer["linus"]) in feedback.replace(",", "")
 

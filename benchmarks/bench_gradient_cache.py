@@ -24,10 +24,9 @@ import numpy as np
 import torch
 
 from course_utils.augment import SimCLRAugment
-from course_utils.ledger import measure, step_utilisation
+from course_utils.ledger import measure, nt_xent_kept_bytes, step_utilisation
 from course_utils.models import ProjectionHead, SmallResNet
 from course_utils.objectives import SimCLR, make_step
-from course_utils.objectives.simclr import nt_xent_loss, nt_xent_loss_tiled
 from course_utils.runtime import core_seconds
 
 CAP_BYTES, IMAGE_SIZE, CHUNK, TILE, PROJ_DIM = 2**30, 32, 32, 256, 64
@@ -53,13 +52,6 @@ def kept_bytes(method: str, n: int) -> int:
     return measure(lambda: step(images), model=model).activation_bytes
 
 
-def loss_kept_bytes(n: int, d: int, tile: int | None) -> int:
-    """What the loss alone keeps for backward on N×d embeddings (plain, or tiled with ``tile``)."""
-    z1, z2 = (torch.randn(n, d, requires_grad=True) for _ in range(2))
-    loss = (lambda: nt_xent_loss(z1, z2, 0.5)) if tile is None else (lambda: nt_xent_loss_tiled(z1, z2, 0.5, tile))
-    return measure(lambda: loss().backward()).activation_bytes
-
-
 def _largest_under_cap(predict) -> int:
     grid = np.unique(np.round(np.geomspace(CHUNK, 2**24, 4000) / CHUNK) * CHUNK)
     fits = [int(n) for n in grid if predict(n) <= CAP_BYTES]
@@ -78,7 +70,7 @@ def largest_batch(method: str, sizes: list[int], loss_sizes: list[int]) -> dict:
         held = lambda n: 0.0                                                # noqa: E731
     else:
         chunk_graph = max(kept)
-        loss = [loss_kept_bytes(n, PROJ_DIM, METHODS[method]["tile"]) for n in loss_sizes]
+        loss = [nt_xent_kept_bytes(n, PROJ_DIM, tile=METHODS[method]["tile"]) for n in loss_sizes]
         coef = np.polyfit(np.array(loss_sizes, float), np.array(loss, float), 2)
         predict = lambda n: max(chunk_graph, float(np.polyval(coef, n)))   # noqa: E731
         held = held_across_chunks
@@ -121,7 +113,7 @@ def seconds_per_image(methods: tuple[str, ...], n: int, steps: int, rounds: int)
 
 
 def tiled_loss_alone(n: int, d: int) -> dict:
-    plain, tiled = loss_kept_bytes(n, d, None), loss_kept_bytes(n, d, TILE)
+    plain, tiled = nt_xent_kept_bytes(n, d), nt_xent_kept_bytes(n, d, tile=TILE)
     return {"n": n, "d": d, "plain_kept_bytes": plain, "tiled_kept_bytes": tiled, "ratio": tiled / plain}
 
 

@@ -96,3 +96,14 @@ def test_gradient_caching_on_two_ranks_with_gathered_negatives_equals_one_large_
     for r in results:
         assert r["grad_diff"] <= 1e-12 * r["grad_scale"], r
         assert r["candidates_per_anchor"] == 63 and r["images_per_chunk"] == 4
+
+
+def test_nt_xent_kept_bytes_follows_n_squared_plain_and_n_tiled():
+    """The plain loss keeps its 2n×2n logits (doubling n: close to 4x); the tiled loss keeps
+    O(n·d) (exactly 2x); bad sizes are refused."""
+    from course_utils.ledger import nt_xent_kept_bytes
+    plain = nt_xent_kept_bytes(512, 32) / nt_xent_kept_bytes(256, 32)
+    tiled = nt_xent_kept_bytes(512, 32, tile=64) / nt_xent_kept_bytes(256, 32, tile=64)
+    assert 3.5 < plain <= 4.0 and tiled == 2.0, (plain, tiled)
+    with pytest.raises(ValueError):
+        nt_xent_kept_bytes(0, 32)

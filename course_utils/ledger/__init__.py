@@ -19,9 +19,9 @@ from .measured import measure, optimizer_state_tensors, resident_bytes
 from .predicted import predict_step
 from .speed import peak_flops, step_utilisation, utilisation
 from .record import LEDGER_LINES, Comparison, LedgerRecord
-from .training_memory import measure_tinygpt, recompute_tradeoff
+from .training_memory import measure_tinygpt, nt_xent_kept_bytes, recompute_tradeoff
 
 __all__ = ["LEDGER_LINES", "Comparison", "LedgerRecord", "cuda_peak_bytes", "fake_mode",
            "fake_world", "is_fake", "measure",
-           "measure_tinygpt", "optimizer_state_tensors", "peak_flops", "predict_step", "recompute_tradeoff",
+           "measure_tinygpt", "nt_xent_kept_bytes", "optimizer_state_tensors", "peak_flops", "predict_step", "recompute_tradeoff",
            "record_memory_snapshot", "resident_bytes", "step_utilisation", "utilisation"]

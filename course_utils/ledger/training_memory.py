@@ -1,5 +1,5 @@
-"""Lesson 06's measurements: TinyGPT training steps under the ledger, the measured side of the
-predictor in ``course_utils.memory``.
+"""Measured training memory: lesson 06's TinyGPT steps under the ledger (the measured side of the
+predictor in ``course_utils.memory``), and what a contrastive loss alone keeps (lesson 02).
 
 ``measure_tinygpt`` builds ``course_utils.transformer.TinyGPT`` and returns the ledger of one
 training step; ``recompute_tradeoff`` measures what each recomputation mode keeps (stored
@@ -14,6 +14,7 @@ import torch
 
 from .. import checks
 from ..models import to_device
+from ..objectives.simclr import nt_xent_loss, nt_xent_loss_tiled
 from ..optim import make_optimizer
 from ..transformer import RECOMPUTE_MODES, TinyGPT, random_tokens
 from .measured import measure
@@ -88,3 +89,19 @@ def _median_step_time(step, repeats: int) -> float:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     return sorted(times)[len(times) // 2]
+
+
+def nt_xent_kept_bytes(n: int, dim: int, *, temperature: float = 0.5, tile: int | None = None,
+                       device="cpu", seed: int = 0) -> int:
+    """Bytes the NT-Xent loss alone keeps for backward on two n×dim embedding batches (the plain
+    loss keeps its 2n×2n logits, O(n²); with ``tile`` the tiled loss keeps O(n·dim)), measured by
+    the ledger around one forward + backward of the loss on random embeddings."""
+    checks.positive_int(n, "n")
+    checks.positive_int(dim, "dim")
+    if tile is not None:
+        checks.positive_int(tile, "tile")
+    gen = torch.Generator().manual_seed(seed)
+    z1, z2 = (torch.randn(n, dim, generator=gen).to(device).requires_grad_() for _ in range(2))
+    if tile is None:
+        return measure(lambda: nt_xent_loss(z1, z2, temperature).backward()).activation_bytes
+    return measure(lambda: nt_xent_loss_tiled(z1, z2, temperature, tile).backward()).activation_bytes

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
 from course_utils.evaluate import extract_features, knn_accuracy, linear_probe
-from course_utils.ledger import measure
+from course_utils.ledger import measure, nt_xent_kept_bytes
 from course_utils.models import ProjectionHead, SmallResNet
 from course_utils.objectives import SimCLR, Supervised, make_step
 from course_utils.objectives.simclr import nt_xent_loss, nt_xent_loss_naive
@@ -724,10 +724,7 @@ assert all(torch.allclose(a, b, atol=1e-12, rtol=0) for a, b in
 # %%
 def loss_alone_kept(n, tile):
     """Bytes the loss alone keeps for backward on n×EMBED_DIM embeddings (plain, or tiled)."""
-    z1, z2 = (torch.randn(n, EMBED_DIM, requires_grad=True, device=device) for _ in range(2))
-    loss = (lambda: nt_xent_loss(z1, z2, cfg.temperature)) if tile is None else \
-        (lambda: nt_xent_loss_tiled(z1, z2, cfg.temperature, tile))
-    return measure(lambda: loss().backward()).activation_bytes
+    return nt_xent_kept_bytes(n, EMBED_DIM, temperature=cfg.temperature, tile=tile, device=device)
 
 
 chunk_model, _, _ = gc_step("naive", cfg.gc_chunk)

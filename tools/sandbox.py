@@ -6,7 +6,7 @@ With ``bwrap`` (Debian/Ubuntu: ``apt-get install bubblewrap``) the command sees:
     /usr, /etc basics, the Python installation, the venv, the kit    read-only, at their own paths
     the read-only inputs given (e.g. the submission)                  read-only, at their own paths
     /grade (the scratch folder), with HOME=/grade/home, cwd /grade/work    the only writable place
-    /tmp                                                              a private tmpfs
+    /tmp, /dev/shm                                                    private tmpfs, size-capped
     its own network (loopback only, down), PIDs, IPC, hostname; no capabilities
 
 and dies with the grader (``--die-with-parent``), in its own session (``--new-session``: it cannot
@@ -42,6 +42,7 @@ INSIDE = Path("/grade")  # where the scratch folder appears inside the sandbox
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
              "passwd", "group", "hosts", "host.conf", "mime.types", "alternatives", "fonts")
 OUTPUT_CHARS = 200_000  # what is kept of a stage's stdout+stderr (its file is capped by FSIZE)
+SHM_BYTES, TMP_BYTES = 512 * 2**20, 1 * 2**30  # in-memory /dev/shm and /tmp: RAM a submission may fill
 UID_RANGE = (61000, 64999)  # unprivileged uids handed to sandboxes when the grader is root
 
 
@@ -145,7 +146,11 @@ def environment_paths() -> list[Path]:
 def bwrap_command(argv: list[str], scratch: Path, readonly: list[Path], uid: int | None) -> list[str]:
     args = [bwrap(), "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid",
             "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "grader",
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+            "--proc", "/proc", "--dev", "/dev",
+            # private, size-capped and world-writable (the sandbox uid is not root): /dev/shm is
+            # where multiprocessing puts its locks (the distributed lessons launch processes)
+            "--size", str(SHM_BYTES), "--perms", "1777", "--tmpfs", "/dev/shm",
+            "--size", str(TMP_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
     if uid is None:  # not root: an unprivileged user namespace, our own uid inside
         args += ["--unshare-user"]
     else:

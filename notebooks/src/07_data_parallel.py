@@ -435,7 +435,7 @@ for _ranks, _hidden, _in, _out in ((1, 32, 16, 4), (8, 96, 16, 4), (5, 20, 7, 3)
     with fake_world(_ranks):
         _model = toys.make_mlp(_in, _hidden, _out, seed=0)
         _ddp = dp.wrap_ddp(_model)
-        _ddp.register_comm_hook(None, allreduce_mean_hook)
+        _ddp.register_comm_hook(state=None, hook=allreduce_mean_hook)
         _rec = measure(lambda: F.mse_loss(_ddp(torch.randn(4, _in)), torch.randn(4, _out)).backward(), model=_model)
     check_close(ddp_bytes_sent(_in, _hidden, _out, _ranks), _rec.comm_bytes, rtol=0, atol=1,
                 what=f"bytes rank 0 sends per DDP step, make_mlp({_in}, {_hidden}, {_out}), {_ranks} ranks")

@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from course_utils import memory as M
-from course_utils.exercises import check_equal
+from course_utils.exercises import check_close, check_equal
 from course_utils.ledger import cuda_peak_bytes, measure_tinygpt, record_memory_snapshot, recompute_tradeoff
 from course_utils.optim import OPTIMIZERS
 from course_utils.plots import plot_memory_breakdown, what_fits_widget
@@ -334,24 +334,45 @@ plt.show()
 
 # %% [markdown]
 # ## Exercises
+#
+# Your exercises' configuration, drawn from `STUDENT_ID`: a TinyGPT (`task.layers`, `task.hidden`,
+# `task.heads`, `task.vocab`, `task.seq`, `task.batch`: the order of `measure_tinygpt`'s arguments and of
+# section 3's `cfg.example`), an optimizer `task.optimizer`, and a preset model, sequence length
+# and GPU for the last question. The first two checks build your TinyGPT and measure one step
+# with `measure_tinygpt`, as section 4 did.
+
+# %%
+from course_utils.variants import exercise_variant
+
+task = exercise_variant("06_training_memory", STUDENT_ID, layers=(2, 1, 3), hidden=(64, 32, 48, 96),
+                        heads=(4, 2, 8), vocab=(97, 50, 64, 128), seq=(32, 16, 24, 48), batch=(3, 2, 4, 5),
+                        optimizer=("adamw", "sgd-momentum", "sgd", "adam"),
+                        model=("GPT-2 medium (350M)", "GPT-2 small (124M)", "GPT-2 large (774M)"),
+                        gpt_seq=(1024, 512, 2048), gpu=("T4 (Colab) 16 GB", "V100 16 GB", "L4 24 GB"))
+task
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q1_mixed_adam_bytes
+# name: q1_resident_bytes
 # points: 1
 
 # %% [markdown]
-# **Exercise 1 —** Write `mixed_adam_bytes(n_params, fp32_grad_accumulation=False)`: the resident
-# bytes (weights, gradients, master copy, moments) of bf16 mixed-precision AdamW training.
+# **Exercise 1 — predict, then measure.** Your TinyGPT trains in fp32 with `task.optimizer`
+# (a name in `course_utils.optim.OPTIMIZERS`). Write
+# `resident_bytes(layers, hidden, vocab, seq, optimizer)`: the bytes of weights, gradients and
+# optimizer state after a step (`tinygpt_param_count` counts the parameters). The check measures
+# your configuration's `param_bytes + grad_bytes + optimizer_bytes` after two steps; the answer
+# must be exact.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def mixed_adam_bytes(n_params, fp32_grad_accumulation=False):
+def resident_bytes(layers, hidden, vocab, seq, optimizer):
     # BEGIN SOLUTION
-    return M.state_memory(n_params, optimizer="adamw", precision="bf16-mixed",
-                          fp32_grad_accumulation=fp32_grad_accumulation)["total"]
+    n_params = tinygpt_param_count(layers, hidden, vocab, seq)
+    state_per_param = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8}[optimizer]  # fp32 buffers
+    return n_params * (4 + 4 + state_per_param)     # weight + gradient + optimizer state
     # END SOLUTION
 
 # %% [raw]
@@ -361,11 +382,20 @@ def mixed_adam_bytes(n_params, fp32_grad_accumulation=False):
 # # BEGIN TESTS
 
 # %%
-check_equal(mixed_adam_bytes(1), 16, what="bytes per parameter (bf16 weights 2 + bf16 grads 2 + fp32 master 4 + fp32 moments 8)")
+_rec, _ = measure_tinygpt(task.layers, task.hidden, task.heads, task.vocab, task.seq, task.batch,
+                          optimizer=task.optimizer, steps=2)
+check_close(resident_bytes(task.layers, task.hidden, task.vocab, task.seq, task.optimizer),
+            _rec.param_bytes + _rec.grad_bytes + _rec.optimizer_bytes, rtol=0,
+            what=f"resident bytes of your TinyGPT with {task.optimizer}")
 
 # %%
 # HIDDEN
-check_equal(mixed_adam_bytes(10, fp32_grad_accumulation=True), 200, what="10 parameters with fp32 gradient accumulation")
+for _cfg, _opt in (((1, 32, 2, 50, 16, 2), "sgd"), ((3, 48, 8, 64, 24, 4), "sgd-momentum"),
+                   ((2, 96, 4, 128, 48, 2), "adamw")):
+    _hrec, _ = measure_tinygpt(*_cfg, optimizer=_opt, steps=2)
+    check_close(resident_bytes(_cfg[0], _cfg[1], _cfg[3], _cfg[4], _opt),
+                _hrec.param_bytes + _hrec.grad_bytes + _hrec.optimizer_bytes, rtol=0,
+                what=f"resident bytes of TinyGPT{_cfg} with {_opt}")
 
 # %% [raw]
 # # END TESTS
@@ -379,16 +409,20 @@ check_equal(mixed_adam_bytes(10, fp32_grad_accumulation=True), 200, what="10 par
 # points: 1
 
 # %% [markdown]
-# **Exercise 2 —** With Korthikanti's formula, how many bytes does *selective* recomputation save
-# per layer at sequence `s`, batch `b`, hidden `h`, heads `a`? Write `selective_saving(s, b, h, a)`.
+# **Exercise 2 — predict, then measure.** How many bytes of stored activations does *selective*
+# recomputation save on your TinyGPT (fp32, no autocast), compared with no recomputation? Write
+# `selective_saving(layers, hidden, heads, seq, batch)` from section 2's op-by-op count. The check
+# measures your configuration's `activation_bytes` with `recompute="none"` and with
+# `recompute="selective"` and takes the difference; the answer must be exact.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def selective_saving(s, b, h, a):
+def selective_saving(layers, hidden, heads, seq, batch):
     # BEGIN SOLUTION
-    return 5 * a * s * s * b
+    # per layer, selective drops the a·s²·b softmax output (4 bytes each) and keeps every sbh term
+    return layers * 4 * heads * seq * seq * batch
     # END SOLUTION
 
 # %% [raw]
@@ -398,14 +432,20 @@ def selective_saving(s, b, h, a):
 # # BEGIN TESTS
 
 # %%
-check_equal(selective_saving(1024, 1, 768, 12),
-            M.korthikanti_layer_activation_bytes(1024, 1, 768, 12)
-            - M.korthikanti_layer_activation_bytes(1024, 1, 768, 12, "selective"),
-            what="bytes selective recomputation saves per layer (s=1024, b=1, h=768, a=12)")
+_kept = {mode: measure_tinygpt(task.layers, task.hidden, task.heads, task.vocab, task.seq, task.batch,
+                               recompute=mode, steps=2)[0].activation_bytes for mode in ("none", "selective")}
+check_close(selective_saving(task.layers, task.hidden, task.heads, task.seq, task.batch),
+            _kept["none"] - _kept["selective"], rtol=0,
+            what="stored-activation bytes selective recomputation saves on your TinyGPT")
 
 # %%
 # HIDDEN
-check_equal(selective_saving(2048, 4, 4096, 32), 5 * 32 * 2048**2 * 4, what="saving at s=2048, b=4, h=4096, a=32")
+for _cfg in ((1, 32, 2, 50, 16, 2), (3, 48, 8, 64, 24, 4), (2, 96, 4, 128, 48, 5)):
+    _hkept = {mode: measure_tinygpt(*_cfg, recompute=mode, steps=2)[0].activation_bytes
+             for mode in ("none", "selective")}
+    check_close(selective_saving(_cfg[0], _cfg[1], _cfg[2], _cfg[4], _cfg[5]),
+                _hkept["none"] - _hkept["selective"], rtol=0,
+                what=f"bytes selective recomputation saves on TinyGPT{_cfg}")
 
 # %% [raw]
 # # END TESTS
@@ -419,21 +459,22 @@ check_equal(selective_saving(2048, 4, 4096, 32), 5 * 32 * 2048**2 * 4, what="sav
 # points: 1
 
 # %% [markdown]
-# **Exercise 3 —** Using `M.what_fits`, find the largest batch (1–64) at which GPT-2 medium
-# (350M) trains with fp16-mixed AdamW (the T4 has no bf16), sequence 1024, **no** recomputation,
-# on a T4; return it
-# (0 if none fits). Then compare with `recompute="full"` in a cell of your own.
+# **Exercise 3 — search.** Using `M.what_fits`, find the largest batch (1–64) at which
+# `task.model` trains with mixed-precision AdamW at sequence `task.gpt_seq` on a `task.gpu`
+# (`precision=None`: the device's own, fp16 where there is no bf16); return 0 if none fits. Write
+# `largest_batch(model, seq, device, recompute="none")`, then compare `recompute="full"` in a
+# cell of your own. The check holds your batch against `what_fits` itself: it must fit, and one
+# more must not (unless you answered 64 or 0).
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def largest_batch(recompute="none"):
+def largest_batch(model, seq, device, recompute="none"):
     # BEGIN SOLUTION
     best = 0
     for batch in range(1, 65):
-        if M.what_fits("GPT-2 medium (350M)", batch=batch, seq=1024, precision="fp16-mixed",
-                       recompute=recompute)["fits"]:
+        if M.what_fits(model, batch=batch, seq=seq, device=device, recompute=recompute)["fits"]:
             best = batch
     return best
     # END SOLUTION
@@ -445,12 +486,21 @@ def largest_batch(recompute="none"):
 # # BEGIN TESTS
 
 # %%
-check_equal([M.what_fits("GPT-2 medium (350M)", batch=b, seq=1024)["fits"] for b in (largest_batch(), largest_batch() + 1)],
-            [True, False], what="[your batch fits, one more fits] for GPT-2 medium on a T4")
+_b = largest_batch(task.model, task.gpt_seq, task.gpu)
+_fits = [_b == 0 or M.what_fits(task.model, batch=_b, seq=task.gpt_seq, device=task.gpu)["fits"],
+         _b < 64 and M.what_fits(task.model, batch=_b + 1, seq=task.gpt_seq, device=task.gpu)["fits"]]
+check_equal(_fits, [True, False],
+            what=f"[your batch {_b} fits, one more fits] for {task.model} at seq {task.gpt_seq} on a {task.gpu}")
 
 # %%
 # HIDDEN
-assert largest_batch("full") > largest_batch("none"), "full recomputation should let a larger batch fit"
+for _model, _seq, _gpu, _recompute in (("GPT-2 medium (350M)", 1024, "T4 (Colab) 16 GB", "full"),
+                                       ("GPT-2 XL (1.5B)", 1024, "T4 (Colab) 16 GB", "none"),
+                                       ("GPT-2 small (124M)", 512, "L4 24 GB", "selective")):
+    _expected = max([b for b in range(1, 65) if M.what_fits(_model, batch=b, seq=_seq, device=_gpu,
+                                                           recompute=_recompute)["fits"]], default=0)
+    check_equal(largest_batch(_model, _seq, _gpu, _recompute), _expected,
+                what=f"largest batch for {_model}, seq {_seq}, {_gpu}, recompute={_recompute}")
 
 # %% [raw]
 # # END TESTS

@@ -318,25 +318,48 @@ assert not torch.equal(moco[0]["own_keys"], moco[1]["own_keys"])
 
 # %% [markdown]
 # ## Exercises
+#
+# Your exercises' configuration, drawn from `STUDENT_ID`: how a batch of 16 rows is split over
+# ranks (`task.shard_sizes`), a number of ranks `task.ranks`, the MLP's hidden width `task.hidden`,
+# and SimCLR's images per rank `task.per_rank` and embedding width `task.dim`. The byte checks run
+# your configuration in a *fake* process group (`course_utils.ledger.fake_world`): this process
+# plays rank 0 of `task.ranks`, DDP and the kit's gathers issue their real collectives, and the
+# ledger counts them (`record.comm_bytes`) without moving data.
+
+# %%
+from course_utils.distributed.comm_count import allreduce_mean_hook
+from course_utils.distributed.data_parallel import nt_xent_local_with_global_negatives
+from course_utils.ledger import fake_world, measure
+from course_utils.variants import exercise_variant
+
+task = exercise_variant("07_data_parallel", STUDENT_ID, shard_sizes=((6, 10), (4, 12), (3, 5, 8), (2, 6, 8), (1, 15)),
+                        ranks=(2, 4, 8, 3, 16), hidden=(64, 32, 48, 128),
+                        per_rank=(8, 4, 16, 32), dim=(4, 8, 16))
+task
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q1_average_gradients
+# name: q1_uneven_shards
 # points: 1
 
 # %% [markdown]
-# **Exercise 1 —** Write `average_gradients(shard_grads)`: given one list of gradient tensors per
-# rank (what each rank's backward produced), return the list every rank holds after DDP's
-# all-reduce-and-divide.
+# **Exercise 1 — an edge case.** The identity of section 2 assumed equal shards. When the dataset
+# does not divide evenly (the last batch of an epoch, `drop_last=False`), rank r gets B_r rows.
+# Write `average_uneven_gradients(shard_grads, shard_sizes)`: given one list of gradient tensors
+# per rank, each the gradient of that rank's *mean* loss over its B_r rows, return the gradient of
+# the mean loss over all rows. The check splits the lesson's batch `x, y` into
+# `task.shard_sizes` rows, computes each shard's gradient of the lesson's `model`, and compares
+# your result with the full-batch gradient `full_grad` (to fp32 rounding).
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def average_gradients(shard_grads):
+def average_uneven_gradients(shard_grads, shard_sizes):
     # BEGIN SOLUTION
-    n = len(shard_grads)
-    return [sum(grads) / n for grads in zip(*shard_grads)]
+    total = sum(shard_sizes)
+    # each shard's gradient is of a mean over B_r rows: weight it by its share of the rows
+    return [sum(size / total * g for size, g in zip(shard_sizes, grads)) for grads in zip(*shard_grads)]
     # END SOLUTION
 
 # %% [raw]
@@ -346,17 +369,20 @@ def average_gradients(shard_grads):
 # # BEGIN TESTS
 
 # %%
-avg = average_gradients(shard_grads)
-check_close(torch.cat([g.flatten() for g in avg]), torch.cat([g.flatten() for g in full_grad]),
-            rtol=1e-5, atol=1e-7, what="averaged shard gradients vs the full-batch gradient")
+_grads = [torch.autograd.grad(F.mse_loss(model(xs), ys), list(model.parameters()))
+          for xs, ys in zip(x.split(list(task.shard_sizes)), y.split(list(task.shard_sizes)))]
+check_close(torch.cat([g.flatten() for g in average_uneven_gradients(_grads, list(task.shard_sizes))]),
+            torch.cat([g.flatten() for g in full_grad]), rtol=1e-5, atol=1e-7,
+            what=f"combined gradient of shards of {list(task.shard_sizes)} rows vs the full-batch gradient")
 
 # %%
 # HIDDEN
-four = [torch.autograd.grad(F.mse_loss(model(xs), ys), list(model.parameters()))
-        for xs, ys in zip(x.chunk(4), y.chunk(4))]
-check_close(torch.cat([g.flatten() for g in average_gradients(four)]),
-            torch.cat([g.flatten() for g in full_grad]), rtol=1e-5, atol=1e-7,
-            what="average over 4 shards")
+for _sizes in ([1, 15], [8, 8], [2, 3, 5, 6], [16]):
+    _hgrads = [torch.autograd.grad(F.mse_loss(model(xs), ys), list(model.parameters()))
+              for xs, ys in zip(x.split(_sizes), y.split(_sizes))]
+    check_close(torch.cat([g.flatten() for g in average_uneven_gradients(_hgrads, _sizes)]),
+                torch.cat([g.flatten() for g in full_grad]), rtol=1e-5, atol=1e-7,
+                what=f"combined gradient of shards of {_sizes} rows vs the full-batch gradient")
 
 # %% [raw]
 # # END TESTS
@@ -366,19 +392,25 @@ check_close(torch.cat([g.flatten() for g in average_gradients(four)]),
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q2_ring_bytes
+# name: q2_ddp_bytes_sent
 # points: 1
 
 # %% [markdown]
-# **Exercise 2 —** A model has `n_params` fp32 parameters. How many bytes does each of `ranks`
-# ranks send per step in DDP's ring all-reduce? Write `ddp_bytes_per_rank(n_params, ranks)`.
+# **Exercise 2 — predict, then measure.** The lesson's MLP, `toys.make_mlp(16, task.hidden, 4)`
+# (Linear(16, h)–Tanh–Linear(h, h)–Tanh–Linear(h, 4), with biases, fp32), trains under DDP on
+# `task.ranks` ranks. How many bytes does rank 0 send per step in the gradient all-reduce, ring
+# algorithm? Write `ddp_bytes_sent(in_dim, hidden, out_dim, ranks)`; count the parameters
+# yourself. The check wraps the model in DDP in a fake world of `task.ranks` ranks and counts one
+# measured step's all-reduce (`record.comm_bytes`, rounded to whole bytes: be within one byte).
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def ddp_bytes_per_rank(n_params, ranks):
+def ddp_bytes_sent(in_dim, hidden, out_dim, ranks):
     # BEGIN SOLUTION
+    n_params = (in_dim * hidden + hidden) + (hidden * hidden + hidden) + (hidden * out_dim + out_dim)
+    # ring all-reduce = reduce-scatter + all-gather, each sending (n-1)/n of the 4Ψ gradient bytes
     return 2 * (ranks - 1) / ranks * 4 * n_params
     # END SOLUTION
 
@@ -389,12 +421,24 @@ def ddp_bytes_per_rank(n_params, ranks):
 # # BEGIN TESTS
 
 # %%
-check_close(ddp_bytes_per_rank(psi // 4, 2), comm[2][0]["ring_formula"], what="bytes per rank, 2 ranks")
+with fake_world(task.ranks):
+    _model = toys.make_mlp(16, task.hidden, 4, seed=0)
+    _ddp = dp.wrap_ddp(_model)
+    _ddp.register_comm_hook(None, allreduce_mean_hook)   # the all-reduce the counter sees
+    _rec = measure(lambda: F.mse_loss(_ddp(torch.randn(4, 16)), torch.randn(4, 4)).backward(), model=_model)
+check_close(ddp_bytes_sent(16, task.hidden, 4, task.ranks), _rec.comm_bytes, rtol=0, atol=1,
+            what=f"bytes rank 0 sends per DDP step, MLP of width {task.hidden}, {task.ranks} ranks")
 
 # %%
 # HIDDEN
-check_close(ddp_bytes_per_rank(1_000_000, 1), 0, atol=1e-9, what="one rank sends nothing")
-check_close(ddp_bytes_per_rank(1_000_000, 8), 7_000_000, what="8 ranks, 1M parameters")
+for _ranks, _hidden, _in, _out in ((1, 32, 16, 4), (8, 96, 16, 4), (5, 20, 7, 3)):
+    with fake_world(_ranks):
+        _model = toys.make_mlp(_in, _hidden, _out, seed=0)
+        _ddp = dp.wrap_ddp(_model)
+        _ddp.register_comm_hook(state=None, hook=allreduce_mean_hook)
+        _rec = measure(lambda: F.mse_loss(_ddp(torch.randn(4, _in)), torch.randn(4, _out)).backward(), model=_model)
+    check_close(ddp_bytes_sent(_in, _hidden, _out, _ranks), _rec.comm_bytes, rtol=0, atol=1,
+                what=f"bytes rank 0 sends per DDP step, make_mlp({_in}, {_hidden}, {_out}), {_ranks} ranks")
 
 # %% [raw]
 # # END TESTS
@@ -404,21 +448,29 @@ check_close(ddp_bytes_per_rank(1_000_000, 8), 7_000_000, what="8 ranks, 1M param
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q3_gathered_candidates
+# name: q3_gathered_negatives_bytes
 # points: 1
 
 # %% [markdown]
-# **Exercise 3 —** SimCLR on `ranks` ranks with `per_rank` images each (two views per image). How
-# many candidates does each anchor score against (a) with per-rank negatives, (b) with embeddings
-# gathered from all ranks? Return the pair `(per_rank_candidates, gathered_candidates)`.
+# **Exercise 3 — predict, then measure.** Section 5 restored SimCLR's large-batch negatives by
+# gathering both views' embeddings (B×d each, fp32) from all ranks with `all_gather_with_grad`.
+# That is communication too: with `task.per_rank` images per rank, embeddings of width `task.dim`
+# and `task.ranks` ranks, how many bytes does rank 0 send per step for it, forward *and* backward
+# (the gather's backward is a reduce-scatter), ring algorithms? Write
+# `gathered_negatives_bytes(per_rank, dim, ranks)`. The check runs the kit's
+# `nt_xent_local_with_global_negatives` forward and backward in a fake world of `task.ranks` ranks
+# and counts its collectives; the answer must be exact.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def simclr_candidates(per_rank, ranks):
+def gathered_negatives_bytes(per_rank, dim, ranks):
     # BEGIN SOLUTION
-    return 2 * per_rank - 1, 2 * per_rank * ranks - 1
+    gathered = ranks * per_rank * dim * 4      # one view's n·B×d fp32 rows after the gather
+    per_collective = (ranks - 1) / ranks * gathered
+    # two views, each gathered in forward and reduce-scattered in backward
+    return 2 * 2 * per_collective
     # END SOLUTION
 
 # %% [raw]
@@ -428,13 +480,22 @@ def simclr_candidates(per_rank, ranks):
 # # BEGIN TESTS
 
 # %%
-check_equal(simclr_candidates(cfg.dp["batch"], cfg.ranks),
-            (sim[0]["candidates_per_rank"], sim[0]["candidates_single"]),
-            what="(per-rank, gathered) candidates in this lesson's run")
+with fake_world(task.ranks):
+    _encoder = toys.make_mlp(16, 32, task.dim, seed=0)
+    _views = torch.randn(task.per_rank, 16), torch.randn(task.per_rank, 16)
+    _rec = measure(lambda: nt_xent_local_with_global_negatives(*map(_encoder, _views)).backward(), model=_encoder)
+check_close(gathered_negatives_bytes(task.per_rank, task.dim, task.ranks), _rec.comm_bytes, rtol=0,
+            what=f"bytes rank 0 sends per step for gathered negatives, B={task.per_rank}, d={task.dim}, {task.ranks} ranks")
 
 # %%
 # HIDDEN
-check_equal(simclr_candidates(256, 8), (511, 4095), what="256 images per rank on 8 ranks")
+for _ranks, _b, _d in ((1, 8, 4), (8, 3, 5), (32, 2, 16)):
+    with fake_world(_ranks):
+        _encoder = toys.make_mlp(16, 32, _d, seed=0)
+        _views = torch.randn(_b, 16), torch.randn(_b, 16)
+        _rec = measure(lambda: nt_xent_local_with_global_negatives(*map(_encoder, _views)).backward(), model=_encoder)
+    check_close(gathered_negatives_bytes(_b, _d, _ranks), _rec.comm_bytes, rtol=0,
+                what=f"bytes sent for gathered negatives, B={_b}, d={_d}, {_ranks} ranks")
 
 # %% [raw]
 # # END TESTS

@@ -275,27 +275,46 @@ if fsdp_wire is not None:  # Linux: bytes the rank process wrote to its sockets
 
 # %% [markdown]
 # ## Exercises
+#
+# Your exercises' configuration, drawn from `STUDENT_ID`: the toy stack's `task.width` and
+# `task.depth` (`toys.make_stack`: `depth` blocks of `Linear(width, width)` with bias, then Tanh),
+# `task.ranks` ranks, and a model and GPU size for the last question. The checks run your
+# configuration in a *fake* process group (`course_utils.ledger.fake_world`): this process plays
+# rank 0 of `task.ranks`, DDP and FSDP2 wrap the model for real and issue their real collectives,
+# which the ledger counts without moving data, so 16 ranks cost no more than 2.
+
+# %%
+from course_utils.experiments.toys import settings
+from course_utils.ledger import fake_world
+from course_utils.variants import exercise_variant
+
+task = exercise_variant("08_sharding", STUDENT_ID, ranks=(2, 4, 8, 16), width=(64, 32, 96, 128),
+                        depth=(4, 2, 3, 6), strategy=("fsdp", "ddp"),
+                        billions=(7, 1.3, 13, 30), gpu_gb=(80, 40, 24), stage=("zero3", "zero1", "zero2"))
+task
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q1_zero_bytes
+# name: q1_resident_per_rank
 # points: 1
 
 # %% [markdown]
-# **Exercise 1 —** Predict the resident bytes per rank (weights + gradients + Adam moments, all
-# fp32) of `n_params` parameters on `ranks` ranks under ZeRO stage `stage` (0 = DDP, 1, 2, 3).
-# Write `zero_bytes_per_rank(n_params, ranks, stage)`.
+# **Exercise 1 — predict, then measure.** The stack `toys.make_stack(task.width, task.depth)` is
+# trained with fp32 AdamW on `task.ranks` ranks under `task.strategy` ("ddp" or "fsdp", FSDP2's
+# `fully_shard`). Write `resident_bytes_per_rank(width, depth, ranks, strategy)`: the bytes rank 0
+# holds after a step in weights, gradients and Adam's moments. Count the parameters yourself from
+# the blocks. The check trains your configuration in a fake world of `task.ranks` ranks and reads
+# rank 0's tensors; the answer must be exact.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def zero_bytes_per_rank(n_params, ranks, stage):
+def resident_bytes_per_rank(width, depth, ranks, strategy):
     # BEGIN SOLUTION
-    params = 4 * n_params / (ranks if stage >= 3 else 1)
-    grads = 4 * n_params / (ranks if stage >= 2 else 1)
-    moments = 8 * n_params / (ranks if stage >= 1 else 1)
-    return params + grads + moments
+    n_params = depth * (width * width + width)          # each block: weight and bias
+    per_param = 4 + 4 + 8                               # weight, gradient, Adam m and v (fp32)
+    return per_param * n_params / (ranks if strategy == "fsdp" else 1)
     # END SOLUTION
 
 # %% [raw]
@@ -305,15 +324,21 @@ def zero_bytes_per_rank(n_params, ranks, stage):
 # # BEGIN TESTS
 
 # %%
-check_close(zero_bytes_per_rank(n_params, cfg.ranks, 3), sum(two["fsdp"]["state"].values()),
-            what="ZeRO-3 bytes per rank, measured in this lesson")
-check_close(zero_bytes_per_rank(n_params, cfg.ranks, 1), sum(two["zero1"]["state"].values()),
-            what="ZeRO-1 bytes per rank, measured in this lesson")
+with fake_world(task.ranks) as _mesh:
+    _run = lesson.train_and_measure(0, task.ranks, task.strategy, settings(
+        dict(width=task.width, depth=task.depth, batch=4, steps=1), lesson.DEFAULTS), mesh=_mesh)
+check_close(resident_bytes_per_rank(task.width, task.depth, task.ranks, task.strategy),
+            sum(_run["state"].values()), rtol=0,
+            what=f"rank 0's resident bytes, {task.strategy}, width {task.width}, depth {task.depth}, {task.ranks} ranks")
 
 # %%
 # HIDDEN
-check_close(zero_bytes_per_rank(1000, 4, 2), 4000 + 1000 + 2000, what="ZeRO-2, 1000 parameters, 4 ranks")
-check_close(zero_bytes_per_rank(1000, 8, 0), 16000, what="DDP holds everything")
+for _ranks, _width, _depth, _hstrategy in ((8, 32, 3, "ddp"), (16, 64, 2, "fsdp"), (4, 96, 5, "fsdp")):
+    with fake_world(_ranks) as _mesh:
+        _run = lesson.train_and_measure(0, _ranks, _hstrategy, settings(
+            dict(width=_width, depth=_depth, batch=4, steps=1), lesson.DEFAULTS), mesh=_mesh)
+    check_close(resident_bytes_per_rank(_width, _depth, _ranks, _hstrategy), sum(_run["state"].values()),
+                rtol=0, what=f"rank 0's resident bytes, {_hstrategy}, width {_width}, depth {_depth}, {_ranks} ranks")
 
 # %% [raw]
 # # END TESTS
@@ -323,13 +348,76 @@ check_close(zero_bytes_per_rank(1000, 8, 0), 16000, what="DDP holds everything")
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q2_min_ranks
+# name: q2_fsdp_bytes_sent
 # points: 1
 
 # %% [markdown]
-# **Exercise 2 —** What is the smallest number of ranks (1–1024) on which the resident state of
-# `n_params` parameters fits in `gpu_bytes` per GPU under ZeRO stage `stage`? Return 0 if it never
-# fits. (Use your function from Exercise 1.)
+# **Exercise 2 — predict, then measure.** How many bytes does rank 0 send per step when FSDP2
+# trains `toys.make_stack(task.width, task.depth)` on `task.ranks` ranks, with
+# `reshard_after_forward=True` (the default) and with `False`? Write
+# `fsdp_bytes_sent(width, depth, ranks, reshard_after_forward)`, assuming ring collectives. The
+# check counts every all-gather and reduce-scatter of one measured step in a fake world of
+# `task.ranks` ranks (`record.comm_bytes`, which rounds to whole bytes: your answer must be
+# within one byte).
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def fsdp_bytes_sent(width, depth, ranks, reshard_after_forward=True):
+    # BEGIN SOLUTION
+    param_bytes = 4 * depth * (width * width + width)   # fp32 weights and biases
+    # all-gather in forward (+ again in backward if resharded), reduce-scatter of the gradients;
+    # each ring collective sends (n-1)/n of its payload per rank
+    collectives = 3 if reshard_after_forward else 2
+    return collectives * (ranks - 1) / ranks * param_bytes
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+_sent = {}
+for _strategy in ("fsdp", "fsdp_keep"):
+    with fake_world(task.ranks) as _mesh:
+        _sent[_strategy] = lesson.train_and_measure(0, task.ranks, _strategy, settings(
+            dict(width=task.width, depth=task.depth, batch=4, steps=1), lesson.DEFAULTS), mesh=_mesh)["record"].comm_bytes
+check_close([fsdp_bytes_sent(task.width, task.depth, task.ranks, True),
+             fsdp_bytes_sent(task.width, task.depth, task.ranks, False)],
+            [_sent["fsdp"], _sent["fsdp_keep"]], rtol=0, atol=1,
+            what=f"[resharded, kept] bytes rank 0 sends per step, width {task.width}, depth {task.depth}, {task.ranks} ranks")
+
+# %%
+# HIDDEN
+for _ranks, _width, _depth in ((8, 32, 3), (16, 96, 2), (1, 64, 2)):
+    for _kind, _reshard in (("fsdp", True), ("fsdp_keep", False)):
+        with fake_world(_ranks) as _mesh:
+            _measured = lesson.train_and_measure(0, _ranks, _kind, settings(
+                dict(width=_width, depth=_depth, batch=4, steps=1), lesson.DEFAULTS), mesh=_mesh)["record"].comm_bytes
+        check_close(fsdp_bytes_sent(_width, _depth, _ranks, _reshard), _measured, rtol=0, atol=1,
+                    what=f"bytes sent, reshard={_reshard}, width {_width}, depth {_depth}, {_ranks} ranks")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q3_min_ranks
+# points: 1
+
+# %% [markdown]
+# **Exercise 3 — search.** A model of `task.billions` billion parameters is trained with fp32 AdamW
+# on GPUs of `task.gpu_gb` GB (10⁹ bytes). Write `min_ranks(n_params, stage, gpu_bytes)`: the
+# smallest number of ranks (1–1024) on which the resident state per rank (the table in section 2;
+# `stage` one of "ddp", "zero1", "zero2", "zero3") fits in `gpu_bytes`, or 0 if none does. The
+# check asks for `task.stage` and other stages, and searches the kit's `sh.predicted_state_bytes`
+# for the same number.
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -337,8 +425,11 @@ check_close(zero_bytes_per_rank(1000, 8, 0), 16000, what="DDP holds everything")
 # %%
 def min_ranks(n_params, stage, gpu_bytes):
     # BEGIN SOLUTION
+    level = ("ddp", "zero1", "zero2", "zero3").index(stage)
     for ranks in range(1, 1025):
-        if zero_bytes_per_rank(n_params, ranks, stage) <= gpu_bytes:
+        held = (4 * n_params / (ranks if level >= 3 else 1) + 4 * n_params / (ranks if level >= 2 else 1)
+                + 8 * n_params / (ranks if level >= 1 else 1))
+        if held <= gpu_bytes:
             return ranks
     return 0
     # END SOLUTION
@@ -350,53 +441,19 @@ def min_ranks(n_params, stage, gpu_bytes):
 # # BEGIN TESTS
 
 # %%
-check_equal(min_ranks(7e9, 3, 80e9), 2, what="7B parameters, ZeRO-3, 80 GB GPUs")
+_n, _gpu = task.billions * 1e9, task.gpu_gb * 1e9
+_expected = next((r for r in range(1, 1025) if sum(sh.predicted_state_bytes(_n, r, task.stage).values()) <= _gpu), 0)
+check_equal(min_ranks(_n, task.stage, _gpu), _expected,
+            what=f"smallest number of ranks for {task.billions}B parameters, {task.stage}, {task.gpu_gb} GB GPUs (0: never fits)")
 
 # %%
 # HIDDEN
-check_equal(min_ranks(7e9, 1, 80e9), 3, what="7B parameters, ZeRO-1, 80 GB GPUs")
-check_equal(min_ranks(7e9, 0, 80e9), 0, what="DDP never fits 112 GB in 80 GB")
-
-# %% [raw]
-# # END TESTS
-
-# %% [raw]
-# # END QUESTION
-
-# %% [raw]
-# # BEGIN QUESTION
-# name: q3_zero3_traffic
-# points: 1
-
-# %% [markdown]
-# **Exercise 3 —** FSDP2 with `reshard_after_forward=True` on `ranks` ranks: how many bytes does
-# each rank send per step for `param_bytes` bytes of parameters (ring algorithms)? And with
-# `reshard_after_forward=False`? Return the pair.
-
-# %% [raw]
-# # BEGIN SOLUTION
-
-# %%
-def fsdp_traffic(param_bytes, ranks):
-    # BEGIN SOLUTION
-    share = (ranks - 1) / ranks * param_bytes
-    return 3 * share, 2 * share
-    # END SOLUTION
-
-# %% [raw]
-# # END SOLUTION
-
-# %% [raw]
-# # BEGIN TESTS
-
-# %%
-check_close(list(fsdp_traffic(param_bytes, cfg.ranks)),
-            [two["fsdp"]["comm"]["ring_bytes_sent"], two["fsdp_keep"]["comm"]["ring_bytes_sent"]],
-            what="(reshard, keep) bytes per rank counted in this lesson")
-
-# %%
-# HIDDEN
-check_close(list(fsdp_traffic(800, 8)), [2100, 1400], what="800 bytes of parameters on 8 ranks")
+for _billions, _stage, _gb in ((7, "ddp", 80), (7, "zero1", 80), (70, "zero3", 80), (1.3, "zero2", 24)):
+    _hn, _hgpu = _billions * 1e9, _gb * 1e9
+    _hr = min_ranks(_hn, _stage, _hgpu)
+    _hexpected = next((r for r in range(1, 1025)
+                      if sum(sh.predicted_state_bytes(_hn, r, _stage).values()) <= _hgpu), 0)
+    check_equal(_hr, _hexpected, what=f"smallest number of ranks for {_billions}B parameters, {_stage}, {_gb} GB")
 
 # %% [raw]
 # # END TESTS

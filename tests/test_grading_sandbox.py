@@ -29,7 +29,8 @@ needs_bwrap = pytest.mark.skipif(
     reason="bubblewrap (bwrap) missing or unusable: hostile submissions are only contained in "
            "its sandbox; `apt-get install bubblewrap` (.ci/run does)")
 
-# what each hostile notebook may end as: its real answers are alice's (3 points) or bob's (0)
+# what each hostile notebook may end as: its real answers are those of alice's first two questions
+# (3 points; the hostile notebooks predate the sample's third, per-student question) or bob's (0)
 EXPECTED = {
     "infinite_loop.ipynb": {("timeout", 0)},
     "fork_bomb.ipynb": {("timeout", 0), ("error", 0), ("ok", 3)},
@@ -40,7 +41,7 @@ EXPECTED = {
     "rewrite_grades.ipynb": {("ok", 0)},
     "fake_results.ipynb": {("ok", 0)},
     "monkeypatch.ipynb": {("ok", 0)},
-    "alice_correct.ipynb": {("ok", 3)},
+    "alice_correct.ipynb": {("ok", 4)},
     "bob_blank.ipynb": {("ok", 0)},
 }
 
@@ -119,7 +120,7 @@ def test_hostile_submissions_are_contained(tmp_path, monkeypatch, capsys):
     got = {name: (r["status"], float(r["total"])) for name, r in rows.items()}
     wrong = {n: g for n, g in got.items() if g not in EXPECTED[n]}
     assert not wrong, f"expected {EXPECTED}, got {got}"
-    assert all(float(r["possible"]) == 3 for r in rows.values())
+    assert all(float(r["possible"]) == 4 for r in rows.values())
 
     assert not listener.accepted, f"a submission reached 127.0.0.1: {listener.accepted}"
     for f in watched:

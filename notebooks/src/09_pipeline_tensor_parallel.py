@@ -468,6 +468,17 @@ assert orders["zb_h2"].idle(0) == orders["zb_h1"].idle(0) and h1_h2["zb_h2"] < h
 
 # %% [markdown]
 # ## Exercises
+#
+# Your exercises' configuration, drawn from `STUDENT_ID`: a pipeline of `task.stages` stages run
+# with `task.microbatches` micro-batches (F = 1, B = 2, as in section 3), and a bubble target.
+# The checks run the schedule simulator for your configuration: what it measures is the answer.
+
+# %%
+from course_utils.variants import exercise_variant
+
+task = exercise_variant("09_pipeline_tensor_parallel", STUDENT_ID, stages=(4, 2, 3, 5, 6, 8),
+                        microbatches=(8, 3, 4, 6, 12, 16), bubble_target=(0.2, 0.1, 0.15, 0.25, 0.3))
+task
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -475,17 +486,16 @@ assert orders["zb_h2"].idle(0) == orders["zb_h1"].idle(0) and h1_h2["zb_h2"] < h
 # points: 1
 
 # %% [markdown]
-# **Exercise 1 —** Write `bubble_fraction(p, m)`: the idle fraction of a GPipe schedule with p
-# stages and m micro-batches (equal F and B costs per stage).
+# **Exercise 1 — predict, then measure.** Before running anything: what fraction of the device
+# time is idle when 1F1B runs `task.microbatches` micro-batches on `task.stages` stages? Set
+# `predicted_bubble` to a number (work it out from p and m; do not call the simulator). The check
+# simulates that schedule and compares with its measured idle fraction.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def bubble_fraction(p, m):
-    # BEGIN SOLUTION
-    return (p - 1) / (m + p - 1)
-    # END SOLUTION
+predicted_bubble = (task.stages - 1) / (task.microbatches + task.stages - 1)  # SOLUTION
 
 # %% [raw]
 # # END SOLUTION
@@ -494,12 +504,13 @@ def bubble_fraction(p, m):
 # # BEGIN TESTS
 
 # %%
-check_close(bubble_fraction(4, 8), timelines["gpipe"].bubble_fraction, what="bubble, p=4, m=8 (simulated)")
+check_close(predicted_bubble, pp.simulate("1f1b", task.stages, task.microbatches).bubble_fraction,
+            rtol=1e-9, what=f"1F1B bubble fraction on {task.stages} stages, {task.microbatches} micro-batches (simulated)")
 
 # %%
 # HIDDEN
-check_close(bubble_fraction(8, 1), 7 / 8, what="one micro-batch on 8 stages")
-check_close(bubble_fraction(2, 30), pp.simulate("1f1b", 2, 30).bubble_fraction, what="1F1B, p=2, m=30")
+check_close(predicted_bubble, pp.simulate("gpipe", task.stages, task.microbatches).bubble_fraction,
+            rtol=1e-9, what="GPipe bubble fraction at your p and m (the same as 1F1B's)")
 
 # %% [raw]
 # # END TESTS
@@ -509,12 +520,64 @@ check_close(bubble_fraction(2, 30), pp.simulate("1f1b", 2, 30).bubble_fraction, 
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q2_microbatches_needed
+# name: q2_peak_activations
 # points: 1
 
 # %% [markdown]
-# **Exercise 2 —** The smallest number of micro-batches m that keeps the GPipe bubble at or below
-# `target` (e.g. 0.05) on p stages. Write `microbatches_for(p, target)`.
+# **Exercise 2 — predict, then measure.** 1F1B holds at most p − s micro-batches' activations on
+# stage s — when there are that many. Write `peak_activations_1f1b(p, m)`: the list, one entry per
+# stage, of the most micro-batches whose activations that stage holds at once under 1F1B with p
+# stages and m micro-batches, for *any* m, including fewer micro-batches than stages. The check
+# runs 1F1B in the simulator for your `task` (and, hidden, for other p and m) and reads the peak
+# each device holds (from a micro-batch's F until its B ends).
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def peak_activations_1f1b(p, m):
+    # BEGIN SOLUTION
+    # Stage s runs p − s − 1 warm-up forwards, then one more before its first backward; it can
+    # never hold more micro-batches than there are.
+    return [min(p - s, m) for s in range(p)]
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+_t = pp.simulate("1f1b", task.stages, task.microbatches)
+check_equal(list(peak_activations_1f1b(task.stages, task.microbatches)),
+            [_t.peak_activations(s) for s in range(task.stages)],
+            what=f"1F1B peak micro-batches held per stage, p={task.stages}, m={task.microbatches} (simulated)")
+
+# %%
+# HIDDEN
+for _p, _m in ((8, 3), (5, 1), (1, 4), (6, 6), (3, 20)):
+    _sim = pp.simulate("1f1b", _p, _m)
+    check_equal(list(peak_activations_1f1b(_p, _m)), [_sim.peak_activations(s) for s in range(_p)],
+                what=f"1F1B peak micro-batches held per stage, p={_p}, m={_m} (simulated)")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q3_microbatches_needed
+# points: 1
+
+# %% [markdown]
+# **Exercise 3 — the other way round.** The lesson computed the bubble from m; a plan starts from
+# the bubble it can afford. Write `microbatches_for(p, target)`: the smallest number of
+# micro-batches m that keeps the GPipe/1F1B bubble at or below `target` (a fraction) on p stages.
+# The check simulates 1F1B on `task.stages` stages at your m and at m − 1 with your
+# `task.bubble_target`: the first must meet the target, the second must miss it.
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -522,6 +585,8 @@ check_close(bubble_fraction(2, 30), pp.simulate("1f1b", 2, 30).bubble_fraction, 
 # %%
 def microbatches_for(p, target):
     # BEGIN SOLUTION
+    # (p−1)/(m+p−1) <= target  ⇔  m >= (p−1)(1−target)/target; step m up rather than trust the
+    # rounding of a ceiling.
     m = 1
     while (p - 1) / (m + p - 1) > target:
         m += 1
@@ -535,50 +600,20 @@ def microbatches_for(p, target):
 # # BEGIN TESTS
 
 # %%
-check_equal(microbatches_for(4, 0.2), 12, what="p=4, bubble <= 20%")
+_m = microbatches_for(task.stages, task.bubble_target)
+assert isinstance(_m, int) and _m >= 1, f"microbatches_for must return a whole number >= 1, got {_m!r}"
+assert pp.simulate("1f1b", task.stages, _m).bubble_fraction <= task.bubble_target, \
+    f"with m={_m} the simulated bubble on {task.stages} stages is above {task.bubble_target}: m is too small"
+assert _m == 1 or pp.simulate("1f1b", task.stages, _m - 1).bubble_fraction > task.bubble_target, \
+    f"m={_m - 1} already meets {task.bubble_target} on {task.stages} stages: m is not the smallest"
 
 # %%
 # HIDDEN
-check_equal(microbatches_for(8, 0.05), 133, what="p=8, bubble <= 5%")
-check_equal(microbatches_for(1, 0.0), 1, what="one stage has no bubble")
-
-# %% [raw]
-# # END TESTS
-
-# %% [raw]
-# # END QUESTION
-
-# %% [raw]
-# # BEGIN QUESTION
-# name: q3_tp_bytes
-# points: 1
-
-# %% [markdown]
-# **Exercise 3 —** A Megatron MLP with hidden size h on a batch of `tokens` rows (fp32): how many
-# bytes are all-reduced per training step (forward + backward)? Write `tp_allreduce_bytes(tokens, h)`.
-
-# %% [raw]
-# # BEGIN SOLUTION
-
-# %%
-def tp_allreduce_bytes(tokens, h):
-    # BEGIN SOLUTION
-    return 2 * tokens * h * 4
-    # END SOLUTION
-
-# %% [raw]
-# # END SOLUTION
-
-# %% [raw]
-# # BEGIN TESTS
-
-# %%
-check_equal(tp_allreduce_bytes(cfg.real["tensor_parallel"]["batch"], cfg.real["tensor_parallel"]["hidden"]),
-            tpr["allreduce_bytes"], what="all-reduced bytes counted in this lesson")
-
-# %%
-# HIDDEN
-check_equal(tp_allreduce_bytes(2048, 4096), 2 * 2048 * 4096 * 4, what="2048 tokens, h=4096")
+for _p, _target in ((8, 0.05), (1, 0.0), (2, 0.5), (7, 0.4)):
+    _mb = microbatches_for(_p, _target)
+    assert isinstance(_mb, int) and _mb >= 1, f"microbatches_for({_p}, {_target}) returned {_mb!r}"
+    assert pp.simulate("1f1b", _p, _mb).bubble_fraction <= _target + 1e-12, (_p, _target, _mb, "too small")
+    assert _mb == 1 or pp.simulate("1f1b", _p, _mb - 1).bubble_fraction > _target, (_p, _target, _mb, "not smallest")
 
 # %% [raw]
 # # END TESTS

@@ -463,6 +463,29 @@ assert hashes["killed and restarted"] == hashes["uninterrupted"], "the resumed r
 
 # %% [markdown]
 # ## Exercises
+#
+# Your exercises' configuration, drawn from `STUDENT_ID`: a batch size and a step at which your
+# run stops, a hidden width for the lesson's MLP, and a checkpoint interval with how many files
+# the `CheckpointManager` keeps. The checks run the kit for your configuration (the loop, the
+# checkpoint capture, the manager) and compare with what it does.
+
+# %%
+from course_utils.train import TrainState
+from course_utils.variants import exercise_variant
+
+task = exercise_variant("10_checkpoint_resume", STUDENT_ID, batch=(32, 24, 48, 64, 100),
+                        stop_step=(80, 50, 130, 200, 95), hidden=(128, 32, 48, 64, 96),
+                        every=(20, 7, 12, 15, 25), keep_last=(2, 1, 3, 4), run_steps=(160, 90, 100, 150))
+task
+
+
+def run_noop_loop(batch, steps, callbacks=()):
+    """The lesson's loop over the digits training batches (seed 1), with a step that trains
+    nothing: what the loop, its position and its callbacks do does not depend on the model."""
+    state = TrainState()
+    fit(lambda b: 0.0, train.batches(batch, seed=1), steps=steps, callbacks=callbacks, state=state,
+        progress=False)
+    return state
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -470,18 +493,18 @@ assert hashes["killed and restarted"] == hashes["uninterrupted"], "the resumed r
 # points: 1
 
 # %% [markdown]
-# **Exercise 1 —** The loop saved after `step` updates with `batches_per_epoch` batches per epoch.
-# Write `data_position(step, batches_per_epoch)` returning `(epoch, batch_index)`: the epoch the
-# next batch comes from and how many of its batches were already used — what `fit` needs to skip.
+# **Exercise 1 — predict, then measure.** The run of section 3 uses `train.batches(B, seed=1)`,
+# which drops the last incomplete batch of every epoch. With B = `task.batch`, the run stops
+# after `task.stop_step` updates. Predict the data position its checkpoint stores:
+# `predicted_position = (epoch, batch_index)`, the epoch the next batch comes from and how many of
+# that epoch's batches were already used. (`len(train)` is the number of training images.) The
+# check runs the training loop for that many steps and reads its `TrainState.position()`.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def data_position(step, batches_per_epoch):
-    # BEGIN SOLUTION
-    return step // batches_per_epoch, step % batches_per_epoch
-    # END SOLUTION
+predicted_position = divmod(task.stop_step, len(train) // task.batch)  # SOLUTION
 
 # %% [raw]
 # # END SOLUTION
@@ -490,11 +513,9 @@ def data_position(step, batches_per_epoch):
 # # BEGIN TESTS
 
 # %%
-check_equal(data_position(7, 5), (1, 2), what="position after 7 steps of 5 batches per epoch")
-
-# %%
-# HIDDEN
-check_equal(data_position(12, 4), (3, 0), what="position after exactly 3 epochs of 4 batches")
+_measured = run_noop_loop(task.batch, task.stop_step).position()
+check_equal(predicted_position, (_measured["epoch"], _measured["batch_index"]),
+            what=f"(epoch, batch_index) after {task.stop_step} steps of batch {task.batch} (measured by fit)")
 
 # %% [raw]
 # # END TESTS
@@ -508,17 +529,25 @@ check_equal(data_position(12, 4), (3, 0), what="position after exactly 3 epochs 
 # points: 1
 
 # %% [markdown]
-# **Exercise 2 —** How many tensor bytes does a resume checkpoint of an fp32 model with `n_params`
-# parameters trained with AdamW hold for weights + optimizer moments? And a weights-only one?
-# Return both as `(resume_bytes, weights_bytes)`.
+# **Exercise 2 — predict, then measure.** The lesson's model with hidden width `task.hidden`,
+# `MLP(64, task.hidden, 10, layers=3)` in fp32, has taken one AdamW step. Predict the tensor bytes
+# of its resume checkpoint's `model` and `optimizer` entries together (every tensor, AdamW's
+# per-parameter-tensor `step` counter included: a 4-byte fp32 scalar each), and of a weights-only
+# checkpoint: complete `checkpoint_bytes(hidden)`, returning `(resume_bytes, weights_only_bytes)`.
+# The check builds that model, takes the step, captures it with `ck.capture_training_state` and
+# counts (hidden: other widths).
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def checkpoint_bytes(n_params):
+def checkpoint_bytes(hidden):
+    """(resume_bytes, weights_only_bytes) of MLP(64, hidden, 10, layers=3) after one AdamW step."""
     # BEGIN SOLUTION
-    return 3 * 4 * n_params, 4 * n_params
+    dims = [64, hidden, hidden, 10]
+    n_params = sum((fan_in + 1) * fan_out for fan_in, fan_out in zip(dims[:-1], dims[1:]))
+    n_tensors = 2 * (len(dims) - 1)                    # a weight and a bias per Linear
+    return 3 * 4 * n_params + 4 * n_tensors, 4 * n_params  # weights + 2 moments, + step counters
     # END SOLUTION
 
 # %% [raw]
@@ -528,13 +557,83 @@ def checkpoint_bytes(n_params):
 # # BEGIN TESTS
 
 # %%
-check_equal(checkpoint_bytes(sum(p.numel() for p in model_s.parameters())),
-            (sizes["model"] + sizes["optimizer"], sizes["model"]),
-            what="(resume, weights-only) tensor bytes of the lesson's checkpoint")
+_model = MLP(64, task.hidden, 10, layers=3)
+_opt = torch.optim.AdamW(_model.parameters())
+_model(torch.randn(2, 64)).sum().backward()
+_opt.step()
+_state = ck.capture_training_state(model=_model, optimizer=_opt)
+_weights = sum(t.numel() * t.element_size() for t in _state["model"].values())
+_moments = sum(t.numel() * t.element_size() for s in _state["optimizer"]["state"].values()
+               for t in s.values() if torch.is_tensor(t))
+check_equal(checkpoint_bytes(task.hidden), (_weights + _moments, _weights),
+            what=f"(resume, weights-only) checkpoint bytes, hidden={task.hidden} (measured)")
 
 # %%
 # HIDDEN
-check_equal(checkpoint_bytes(10), (120, 40), what="checkpoint bytes of 10 fp32 parameters")
+for _width in (1, 200):
+    _net = MLP(64, _width, 10, layers=3)
+    _adamw = torch.optim.AdamW(_net.parameters())
+    _net(torch.randn(2, 64)).sum().backward()
+    _adamw.step()
+    _captured = ck.capture_training_state(model=_net, optimizer=_adamw)
+    _w = sum(t.numel() * t.element_size() for t in _captured["model"].values())
+    _o = sum(t.numel() * t.element_size() for s in _captured["optimizer"]["state"].values()
+             for t in s.values() if torch.is_tensor(t))
+    check_equal(checkpoint_bytes(_width), (_w + _o, _w),
+                what=f"(resume, weights-only) checkpoint bytes, hidden={_width} (measured)")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q3_kept_checkpoints
+# points: 1
+
+# %% [markdown]
+# **Exercise 3 — predict, then measure.** Section 3 saved through `CheckpointEvery(every, ...)`
+# into a `CheckpointManager(keep_last=k)`. Write `kept_steps(steps, every, keep_last)`: the steps
+# whose checkpoint files are on disk, oldest first, after a run of `steps` updates — which also
+# tells you how much work a crash at the end would cost. Think about runs shorter than one
+# interval. The check runs the loop with your `task.run_steps`, `task.every` and
+# `task.keep_last` (hidden: other settings) into a fresh folder and lists the files.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def kept_steps(steps, every, keep_last):
+    # BEGIN SOLUTION
+    saved = list(range(every, steps + 1, every))      # a save at every multiple of the interval
+    return saved[-keep_last:]
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+with tempfile.TemporaryDirectory() as _folder:
+    _manager = ck.CheckpointManager(_folder, keep_last=task.keep_last)
+    run_noop_loop(32, task.run_steps, [CheckpointEvery(task.every, lambda st: _manager.save({}, st.step))])
+    _on_disk = [int(p.stem.split("_")[-1]) for p in _manager.paths()]
+check_equal(list(kept_steps(task.run_steps, task.every, task.keep_last)), _on_disk,
+            what=f"checkpoint steps kept after {task.run_steps} steps, every {task.every}, keep_last={task.keep_last}")
+
+# %%
+# HIDDEN
+for _steps, _every, _keep in ((5, 7, 2), (21, 7, 5), (30, 1, 3), (14, 7, 1)):
+    with tempfile.TemporaryDirectory() as _scratch:
+        _mgr = ck.CheckpointManager(_scratch, keep_last=_keep)
+        run_noop_loop(32, _steps, [CheckpointEvery(_every, lambda st: _mgr.save({}, st.step))])
+        _kept = [int(p.stem.split("_")[-1]) for p in _mgr.paths()]
+    check_equal(list(kept_steps(_steps, _every, _keep)), _kept,
+                what=f"checkpoint steps kept after {_steps} steps, every {_every}, keep_last={_keep}")
 
 # %% [raw]
 # # END TESTS

@@ -443,17 +443,130 @@ print(f"the ledger accounts for {needs_bytes(moco) / PUBLISHED['moco_gpu_bytes']
 
 # %% [markdown]
 # ## Exercises
+#
+# Your exercises' configuration, drawn from `STUDENT_ID`: a small slice of the lesson's GPT
+# (`task.layers` blocks of width `task.hidden`, 4 heads, vocabulary 1000, sequence 128, one
+# sequence per rank, AdamW, bf16 autocast: `gpt_ledger`'s defaults) and a number of ranks. The
+# checks measure your configuration with the kit, as section 3 did: `gpt_ledger` on fake tensors
+# in a fake world of `task.ranks` ranks.
+
+# %%
+from course_utils.transformer import TinyGPT
+from course_utils.variants import exercise_variant
+
+task = exercise_variant("11_plan_the_real_run", STUDENT_ID, ranks=(8, 2, 4, 16, 64),
+                        layers=(2, 1, 3, 4), hidden=(256, 128, 192, 320))
+task
+TASK_GPT = dict(layers=task.layers, hidden=task.hidden, heads=4, vocab=1000, seq=128, batch=1)
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q1_min_gpus
+# name: q1_ddp_sent_bytes
 # points: 1
 
 # %% [markdown]
-# **Exercise 1 —** With DDP, `n` GPUs each take `global_batch / n` images. Given the bytes kept
-# for backward per image, the resident bytes per GPU and the device's bytes, return the smallest
-# power of two `n` (1 to 4096) for which resident + kept fits in `MARGIN` (0.9) of the device;
-# 0 if none does.
+# **Exercise 1 — predict, then measure.** How many bytes does one rank send per step when your
+# GPT (`TASK_GPT`) trains with DDP on `task.ranks` ranks? Set `predicted_ddp_sent_bytes`. You
+# may count the model's parameters (`TinyGPT(vocab, seq, layers, hidden, heads)` builds it), but
+# do not run the ledger: the check runs it, in a fake world of `task.ranks` ranks, and compares
+# with its `comm_bytes` (the ring convention of lessons 07-08) within 1e-6.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+predicted_ddp_sent_bytes = 2 * (task.ranks - 1) / task.ranks * 4 * sum(p.numel() for p in TinyGPT(1000, 128, task.layers, task.hidden, 4).parameters())  # SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+with fake_world(task.ranks) as _mesh, fake_mode():
+    _ddp = gpt_ledger(**TASK_GPT, strategy="ddp", mesh=_mesh)
+check_close(predicted_ddp_sent_bytes, _ddp.comm_bytes, rtol=1e-6,
+            what=f"bytes one rank sends per DDP step on {task.ranks} ranks (measured in a fake world)")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q2_fsdp_sent_bytes
+# points: 1
+
+# %% [markdown]
+# **Exercise 2 — predict, then measure.** Now FSDP2, sharded as `gpt_ledger` does it: each block
+# is its own FSDP unit, the root (embeddings, final norm, tied head) another. A block's parameters
+# are all-gathered in forward, freed, and all-gathered again in backward; the root's stay
+# gathered from forward to backward (FSDP2 does not reshard the root after forward); every
+# gradient is reduce-scattered once. Each collective sends (n−1)/n of its full fp32 payload per
+# rank. Write `fsdp_sent_bytes(block_params, root_params, ranks)`: the bytes one rank sends per
+# step, from the parameters in all blocks together and in the root. The check counts your GPT's
+# parameters (`model.blocks` and the rest of `TinyGPT`), measures FSDP2's `comm_bytes` on
+# `task.ranks` ranks in a fake world, and compares within 1% (sharding pads parameters whose size
+# does not divide by n).
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def fsdp_sent_bytes(block_params, root_params, ranks):
+    # BEGIN SOLUTION
+    gathered = 2 * block_params + root_params          # blocks twice, the root once
+    reduced = block_params + root_params               # every gradient once
+    return (ranks - 1) / ranks * 4 * (gathered + reduced)
+    # END SOLUTION
+
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+_gpt = TinyGPT(1000, 128, task.layers, task.hidden, 4)
+_blocks = sum(p.numel() for p in _gpt.blocks.parameters())
+_root = sum(p.numel() for p in _gpt.parameters()) - _blocks
+with fake_world(task.ranks) as _mesh, fake_mode():
+    _fsdp = gpt_ledger(**TASK_GPT, strategy="fsdp", mesh=_mesh)
+check_close(fsdp_sent_bytes(_blocks, _root, task.ranks), _fsdp.comm_bytes, rtol=0.01,
+            what=f"bytes one rank sends per FSDP2 step on {task.ranks} ranks (measured in a fake world)")
+
+# %%
+# HIDDEN
+for _layers, _width, _n in ((1, 128, 2), (4, 320, 16)):
+    _model = TinyGPT(1000, 128, _layers, _width, 4)
+    _in_blocks = sum(p.numel() for p in _model.blocks.parameters())
+    with fake_world(_n) as _world, fake_mode():
+        _measured = gpt_ledger(layers=_layers, hidden=_width, heads=4, vocab=1000, seq=128, batch=1,
+                               strategy="fsdp", mesh=_world)
+    check_close(fsdp_sent_bytes(_in_blocks, sum(p.numel() for p in _model.parameters()) - _in_blocks, _n),
+                _measured.comm_bytes, rtol=0.01, what=f"FSDP2 bytes sent, {_layers} blocks of {_width}, {_n} ranks")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q3_min_gpus
+# points: 1
+
+# %% [markdown]
+# **Exercise 3 —** The lesson picked the per-GPU batch among the few it measured. Do it in
+# general: with DDP, `n` GPUs each take `global_batch / n` images. Given the bytes kept for
+# backward per image, the resident bytes per GPU and the device's bytes, return the smallest
+# power of two `n` (1 to 4096) for which resident + kept fits in `margin` of the device; 0 if
+# none does (think about what more GPUs cannot fix).
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -476,46 +589,18 @@ def min_gpus(kept_per_image, resident, global_batch, device_bytes, margin=0.9):
 # # BEGIN TESTS
 
 # %%
-check_equal(min_gpus(1.0, 0.0, 100, 100, margin=1.0), 1, what="everything fits on one GPU")
+_kept, _resident = simclr[smallest].activation_bytes / smallest, simclr[smallest].resident_bytes
+_n = min_gpus(_kept, _resident, 4096, GPU_BYTES, margin=MARGIN)
+assert _n in [2 ** k for k in range(13)], f"min_gpus must return a power of two from 1 to 4096 here, got {_n!r}"
+assert _resident + _kept * 4096 / _n <= MARGIN * GPU_BYTES, f"{_n} GPUs do not fit SimCLR's batch 4096 (measured ledger)"
+assert _n == 1 or _resident + _kept * 4096 / (_n // 2) > MARGIN * GPU_BYTES, f"{_n // 2} GPUs already fit: not the smallest"
 check_equal(min_gpus(1.0, 10.0, 400, 100, margin=0.9), 8, what="400 bytes of activations, 80 free per GPU")
 
 # %%
 # HIDDEN
 check_equal(min_gpus(1.0, 95.0, 400, 100, margin=0.9), 0, what="resident state alone overflows")
-
-# %% [raw]
-# # END TESTS
-
-# %% [raw]
-# # END QUESTION
-
-# %% [raw]
-# # BEGIN QUESTION
-# name: q2_training_days
-# points: 1
-
-# %% [markdown]
-# **Exercise 2 —** A run takes `steps` steps of `flops_per_step` FLOPs on `devices` devices of
-# `peak` FLOP/s at utilisation `mfu`. Return its length in days.
-
-# %% [raw]
-# # BEGIN SOLUTION
-
-# %%
-def training_days(flops_per_step, steps, devices, peak, mfu):
-    # BEGIN SOLUTION
-    return flops_per_step * steps / (devices * peak * mfu) / 86400
-    # END SOLUTION
-
-# %% [raw]
-# # END SOLUTION
-
-# %% [raw]
-# # BEGIN TESTS
-
-# %%
-check_close(training_days(86400.0, 1, 1, 1.0, 1.0), 1.0, what="one day of one FLOP/s")
-check_close(training_days(8.64e16, 10, 8, 1e12, 0.5), 2.5, what="8 devices at half of 1 TFLOP/s")
+check_equal(min_gpus(1.0, 0.0, 100, 100, margin=1.0), 1, what="everything fits on one GPU")
+check_equal(min_gpus(1.0, 0.0, 8192, 1, margin=1.0), 0, what="more than 4096 GPUs needed")
 
 # %% [raw]
 # # END TESTS

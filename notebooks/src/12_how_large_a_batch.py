@@ -521,18 +521,45 @@ print(f"N = {len(train)}; largest batch {int(B[-1])} = {B[-1] / len(train):.0%} 
 
 # %% [markdown]
 # ## Exercises
+#
+# Your exercises' configuration, drawn from `STUDENT_ID`: a fresh model of the lesson's kind (its
+# hidden width and initial seed), a small batch, a large batch, and a per-device batch. The checks
+# build your model and measure its gradients live (`bs.exact_noise_scale` for |G|² and tr Σ, and
+# the mean over random batches of the quantity you predict).
+
+# %%
+from course_utils.variants import exercise_variant
+
+task = exercise_variant("12_how_large_a_batch", STUDENT_ID, hidden=(128, 32, 64, 96),
+                        model_seed=(1, 2, 3, 4, 5), batch=(16, 4, 8, 32, 64),
+                        big_batch=(1024, 512, 640, 768, 896, 1200), per_device_batch=(4, 2, 8, 16))
+task
+
+
+def task_model():
+    """Your fresh model: the lesson's MLP classifier at width task.hidden, seeded task.model_seed."""
+    torch.manual_seed(task.model_seed)
+    return Supervised(MLP(64, task.hidden, 10, layers=3)).to(device)
+
+
+def batch_gradient(model, rows):
+    """Flat gradient (one vector, all parameters) of the mean cross-entropy over images[rows]."""
+    model.zero_grad(set_to_none=True)
+    F.cross_entropy(model(images[rows]), labels[rows]).backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q2_batch_gradient_norm
+# name: q1_batch_gradient_norm
 # points: 1
 
 # %% [markdown]
-# **Exercise 2 — predict, then measure.** A batch gradient is the true gradient plus noise whose
+# **Exercise 1 — predict, then measure.** A batch gradient is the true gradient plus noise whose
 # covariance shrinks as 1/B. From a measured `bs.NoiseScale` (fields `grad_sq` = |G|² and
-# `trace_cov` = tr Σ) predict the expected squared norm of a batch-`batch` gradient:
-# `expected_batch_grad_sq(noise, batch)`. The check then measures it on a fresh model: the mean
-# of |G_B|² over a few hundred random batches, next to your prediction.
+# `trace_cov` = tr Σ) predict the expected squared norm of the gradient of a batch of `batch`
+# examples drawn at random *with* replacement: `expected_batch_grad_sq(noise, batch)`. The check
+# measures your model's noise scale, then the mean of |G_B|² over 300 random batches of
+# `task.batch`, and compares within 15% (the sampling error of that mean is a few percent).
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -550,26 +577,20 @@ def expected_batch_grad_sq(noise, batch):
 # # BEGIN TESTS
 
 # %%
-check_close(expected_batch_grad_sq(bs.NoiseScale(2.0, 3.0, 6.0), 4), 4.5, rtol=1e-12,
-            what="|G|² = 3, tr Σ = 6, batch 4")
-
-# %%
-# the live measurement: sampling error of a mean over 300 draws is a few percent here
-_fresh = new_model(seed=cfg.seed + 1)
-_noise = bs.exact_noise_scale(_fresh, images, labels)
-_gen, _norms = torch.Generator().manual_seed(0), []
-for _ in range(300):
-    _rows = torch.randint(len(images), (16,), generator=_gen).to(images.device)
-    _fresh.zero_grad(set_to_none=True)
-    F.cross_entropy(_fresh(images[_rows]), labels[_rows]).backward()
-    _norms.append(sum(p.grad.square().sum() for p in _fresh.parameters()).item())
-check_close(expected_batch_grad_sq(_noise, 16), float(np.mean(_norms)), rtol=0.15,
-            what="predicted vs measured mean |G_B|² at batch 16 on a fresh model")
+_model = task_model()
+_noise = bs.exact_noise_scale(_model, images, labels)
+_gen = torch.Generator().manual_seed(0)
+_norms = [batch_gradient(_model, torch.randint(len(images), (task.batch,), generator=_gen).to(images.device))
+          .square().sum().item() for _ in range(300)]
+check_close(expected_batch_grad_sq(_noise, task.batch), float(np.mean(_norms)), rtol=0.15,
+            what=f"predicted vs measured mean |G_B|² at batch {task.batch}, your model")
 
 # %%
 # HIDDEN
 check_close(expected_batch_grad_sq(bs.NoiseScale(2.8, 2.5, 7.0), 10**9), 2.5, rtol=1e-6,
             what="a huge batch sees the true gradient")
+check_close(expected_batch_grad_sq(bs.NoiseScale(2.0, 3.0, 6.0), 4), 4.5, rtol=1e-12,
+            what="|G|² = 3, tr Σ = 6, batch 4")
 
 # %% [raw]
 # # END TESTS
@@ -579,15 +600,72 @@ check_close(expected_batch_grad_sq(bs.NoiseScale(2.8, 2.5, 7.0), 10**9), 2.5, rt
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q1_devices_that_pay
+# name: q2_without_replacement
 # points: 1
 
 # %% [markdown]
-# **Exercise 1 —** Each device holds `per_device_batch` examples. Using the noise scale as the
-# knee, how many devices still deliver at least half the ideal speed-up? Return the largest
-# n (at least 1) whose global batch n·`per_device_batch` does not exceed `b_simple`. Then, from
-# $S \propto 1 + B_\text{noise}/B$ with $B_\text{noise}$ = `b_simple`, write `step_speedup(b_simple,
-# per_device_batch, devices)`: how many times fewer steps n devices need than one.
+# **Exercise 2 — predict, then measure.** The training batches (`train.batches`) are drawn
+# *without* replacement, and section 2 said the noise term then shrinks, most when B is a large
+# share of the N examples. Predict the mean squared noise E|G_B − G|² of a batch of `batch`
+# distinct examples drawn from `n`: `noise_without_replacement(noise, batch, n)`. (Hint: what is
+# it when `batch == n`? when `batch == 1`?) The check measures it for your model at
+# B = `task.big_batch` out of the N training images: the mean of |G_B − G|² over 200 random
+# batches, G the full-dataset gradient, within 10%. Exercise 1's answer would miss by the
+# factor you are asked for.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def noise_without_replacement(noise, batch, n):
+    # BEGIN SOLUTION
+    return noise.trace_cov / batch * (n - batch) / (n - 1)   # finite-population correction
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+_model = task_model()
+_noise = bs.exact_noise_scale(_model, images, labels)
+_full = batch_gradient(_model, torch.arange(len(images), device=images.device))
+_gen = torch.Generator().manual_seed(0)
+_noise_sq = [(batch_gradient(_model, torch.randperm(len(images), generator=_gen)[:task.big_batch].to(images.device))
+              - _full).square().sum().item() for _ in range(200)]
+check_close(noise_without_replacement(_noise, task.big_batch, len(images)), float(np.mean(_noise_sq)),
+            rtol=0.1, what=f"predicted vs measured E|G_B − G|², {task.big_batch} of {len(images)} images without replacement")
+
+# %%
+# HIDDEN
+_model = task_model()
+_noise = bs.exact_noise_scale(_model, images, labels)
+check_close(noise_without_replacement(_noise, len(images), len(images)), 0.0, atol=1e-9 * _noise.trace_cov,
+            what="the whole dataset as one batch has no noise")
+check_close(noise_without_replacement(_noise, 1, len(images)), _noise.trace_cov, rtol=1e-9,
+            what="one example: the full per-example variance tr Σ")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q3_devices_that_pay
+# points: 1
+
+# %% [markdown]
+# **Exercise 3 —** Each device holds `per_device_batch` examples. Using the noise scale as the
+# knee, how many devices still deliver at least half the ideal speed-up? Write
+# `devices_that_pay(b_simple, per_device_batch)`: the largest n (at least 1) whose global batch
+# n·`per_device_batch` does not exceed `b_simple`. Then, from $S \propto 1 + B_\text{noise}/B$
+# with $B_\text{noise}$ = `b_simple`, write `step_speedup(b_simple, per_device_batch, devices)`:
+# how many times fewer steps n devices need than one. The check measures your model's B_simple
+# (`bs.exact_noise_scale(task_model(), images, labels).b_simple`) and uses `task.per_device_batch`.
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -611,20 +689,22 @@ def step_speedup(b_simple, per_device_batch, devices):
 # # BEGIN TESTS
 
 # %%
-check_equal(devices_that_pay(100.0, 8), 12, what="devices of batch 8 under a noise scale of 100")
-check_close(step_speedup(100.0, 8, 12), 13.5 / (1 + 100 / 96), rtol=1e-9,
-            what="step speed-up of 12 devices of batch 8 at B_noise = 100")
-
-# %%
-check_equal(devices_that_pay(b_simple_target, cfg.batches[0]),
-            max(1, int(b_simple_target // cfg.batches[0])),
-            what="devices of the smallest batch under the lesson's measured B_simple")
+_b_simple = bs.exact_noise_scale(task_model(), images, labels).b_simple
+_b = task.per_device_batch
+_n = devices_that_pay(_b_simple, _b)
+assert isinstance(_n, int) and _n >= 1, f"devices_that_pay must return a whole number >= 1, got {_n!r}"
+assert _n == 1 or _n * _b <= _b_simple, f"{_n} devices of {_b} exceed your B_simple {_b_simple:.1f}"
+assert (_n + 1) * _b > _b_simple, f"{_n + 1} devices of {_b} still fit under your B_simple {_b_simple:.1f}"
+check_close(step_speedup(_b_simple, _b, _n), (1 + _b_simple / _b) / (1 + _b_simple / (_n * _b)), rtol=1e-9,
+            what=f"step speed-up of {_n} devices of batch {_b} at your B_simple (S ∝ 1 + B_noise/B)")
+assert step_speedup(_b_simple, _b, _n) >= _n / 2 - 1e-9, "up to the knee the speed-up is at least half the ideal"
 
 # %%
 # HIDDEN
 check_equal(devices_that_pay(5.0, 8), 1, what="one device when the noise scale is below its batch")
-check_close(step_speedup(b_crit, 4, 1), 1.0, rtol=1e-12, what="one device is no speed-up")
-assert step_speedup(b_crit, 4, 1000) < 1 + b_crit / 4 + 1e-9, "the speed-up is capped at 1 + B_noise/b"
+check_equal(devices_that_pay(96.0, 8), 12, what="devices of batch 8 exactly filling a noise scale of 96")
+check_close(step_speedup(150.0, 4, 1), 1.0, rtol=1e-12, what="one device is no speed-up")
+assert step_speedup(150.0, 4, 1000) < 1 + 150.0 / 4 + 1e-9, "the speed-up is capped at 1 + B_noise/b"
 
 # %% [raw]
 # # END TESTS

@@ -611,13 +611,23 @@ show_table([dict(seed=seed, late_no_warmup=none, late_warmup=ramp, warmup_minus_
 print(f"mean loss over the last {-goyal_last_quarter.start} steps: no warm-up {no_warm.mean():.3f}, warm-up {with_warm.mean():.3f}; "
       f"paired difference {goyal_diff.mean():+.3f} ± {goyal_tolerance / 2:.3f} (standard error over "
       f"{len(goyal_diff)} seeds); the seeds of one arm span up to {max(np.ptp(no_warm), np.ptp(with_warm)):.3f}")
+# does each run's loss rise above the target again after it first reached it?
+goyal_rebounds = [np.nanmax(curve[reached:]) > cfg.target for name, curves in goyal_curves.items()
+                  for curve, reached in zip(curves, goyal_reach[name]) if reached is not None]
+print(f"runs whose loss rises above the target again after reaching it: {sum(goyal_rebounds)} of {len(goyal_rebounds)}")
+goyal_tuned_lr = next((r["lr"] for r in sweep if r["batch"] == goyal_batch), None)
+print(f"the sweep's best LR at B = {goyal_batch}: {goyal_tuned_lr} (the linear rule gives {goyal_lr:.3g})")
 
 # %% [markdown]
 # What the run shows (the asserts below): at this batch the linearly scaled LR trains **without**
 # warm-up — every no-warm-up seed reaches the target loss within the run (their steps to it are in
 # the table) — and the paired difference warm-up makes to the end of the run is less than twice its
 # standard error over the seeds: not distinguishable from seed-to-seed variation at this number of
-# seeds (a real effect smaller than that could hide in it). So on this task, in the regime where
+# seeds (a real effect smaller than that could hide in it; the sign of the printed difference says
+# which way this run leans). In both arms every run rises above the target again after reaching it: the
+# linear rule's LR is larger than the sweep's best LR at this batch (both printed above), already
+# below B_crit — a step too large for the end of training, not an early instability that a
+# warm-up would cure. So on this task, in the regime where
 # the linear rule holds, the linearly scaled LR needs no warm-up to train; and past B_crit (the arms above) the failure comes from an LR
 # too large for the whole run, which a warm-up only postpones. That is the measurement, not a
 # rule: Goyal et al. found warm-up necessary for ResNet-50 with BatchNorm at 8k images a batch and
@@ -629,6 +639,8 @@ print(f"mean loss over the last {-goyal_last_quarter.start} steps: no warm-up {n
 if SCALE != "ci":
     assert goyal_batch <= b_crit and goyal_batch >= 8 * B[0], "the test batch must be in the linear rule's regime"
     assert all(goyal_reach["no warm-up"]), "without warm-up the linear LR must still train to the target"
+    assert all(goyal_rebounds) and len(goyal_rebounds) == 2 * len(cfg.goyal_seeds), "every run rebounds above the target"
+    assert goyal_tuned_lr is not None and goyal_tuned_lr < goyal_lr, "the linear LR must exceed the tuned one here"
     assert abs(goyal_diff.mean()) < goyal_tolerance, "warm-up must change the end by less than 2 standard errors"
 
 # %% [markdown]

@@ -13,7 +13,9 @@ B_small < B_big solves (1) for both unknowns (the paper's unbiased estimator, it
     tr Σ  ≈ (|G_small|² − |G_big|²) / (1/B_small − 1/B_big)
 
 Data parallel hands you both for free: each rank's gradient is a small batch, the all-reduced one
-the big batch. The same model predicts steps S and examples E to reach a target loss:
+the big batch. ``two_batch_noise_scale`` is the estimator for any loss (the unit it needs
+independent is the micro-batch: SimCLR's fixed-size groups of candidates), ``estimate_noise_scale``
+its cross-entropy case, ``probe_during_training`` the loop that measures it along a run. The same model predicts steps S and examples E to reach a target loss:
 
     S = S_min (1 + B_noise / B),  E = E_min (1 + B / B_noise),  i.e. (S/S_min − 1)(E/E_min − 1) = 1
 

@@ -335,12 +335,12 @@ plt.show()
 # (|G|² > 0 and tr Σ > 0 from the window averages). (2) SimCLR at this batch is noise-dominated
 # throughout: B_simple exceeds the training batch at every probe. By the paper's model (a
 # prediction, not measured here) doubling the groups per step would then still cut the steps by
-# the factor printed below, (1 + B_simple/B)/(1 + B_simple/2B) at the smallest B_simple. (3) No clear growth
-# as the loss falls, unlike the MLP above: the last probe's value lies within the range of the
+# the factor printed below, (1 + B_simple/B)/(1 + B_simple/2B) at the smallest B_simple.
+# (3) No clear growth as the loss falls, unlike the MLP above: the last probe's value lies within the range of the
 # single-update estimates at initialisation, so this short run cannot tell a trend from the
 # estimator's noise. The loss here falls only from its initial value to the last one printed
-# (chance for a group is log(2·group − 1), printed below): an early stage of training (the MLP's
-# noise scale, too, first fell before it grew: claim 2).
+# (chance for a group is log(2·group − 1), printed below): an early stage of training, whereas
+# the MLP's noise scale grew while its loss fell more than tenfold (claim 2).
 
 # %%
 simclr_first, simclr_last = simclr_trajectory[0], simclr_trajectory[-1]
@@ -504,11 +504,11 @@ if SCALE != "ci":
     assert cfg.lrs[0] < best_lr.min() and best_lr.max() < cfg.lrs[-1], "best LRs strictly inside the grid"
 
 # %% [markdown]
-# **Claim 5 — warm-up past B_crit.** Goyal et al. start the large-batch run at a small LR and raise it
-# linearly over the first epochs, because early in training the linearly scaled LR is too large
-# for the loss surface. First, outside their regime: the largest batch, the LR the linear rule gives it, with and without
-# a warm-up, for the same number of steps and everything else equal; next to it, the best LR of
-# the grid with the sweep's short warm-up, as the reference.
+# **Claim 5 — warm-up past B_crit.** Goyal et al. start the large-batch run at a small LR and
+# raise it linearly over the first epochs, because early in training the linearly scaled LR is
+# too large for the loss surface. First, outside their regime: the largest batch, the LR the
+# linear rule gives it, with and without a warm-up, for the same number of steps and everything
+# else equal; next to it, the best LR of the grid with the sweep's short warm-up, as the reference.
 
 # %%
 def run_for(batch, lr, warmup, steps, seed=cfg.seed):
@@ -581,8 +581,9 @@ if SCALE != "ci":
 # number of steps printed). Same initial weights, data order, optimizer and number of steps in
 # both arms; repeated over several seeds (each seed changes the initial weights and the data
 # order of both arms together), so the arms' difference can be set against the seed-to-seed
-# spread at the same configuration (the paired difference and its standard error). The figure of merit is the mean training loss over the last
-# quarter of the run (the last loss alone wobbles with momentum SGD at a large LR).
+# spread at the same configuration (the paired difference and its standard error). The figure of
+# merit is the mean training loss over the last quarter of the run (the last loss alone wobbles
+# with momentum SGD at a large LR).
 
 # %%
 goyal_batch = cfg.goyal_batch
@@ -624,12 +625,12 @@ print(f"the sweep's best LR at B = {goyal_batch}: {goyal_tuned_lr} (the linear r
 # the table) — and the paired difference warm-up makes to the end of the run is less than twice its
 # standard error over the seeds: not distinguishable from seed-to-seed variation at this number of
 # seeds (a real effect smaller than that could hide in it; the sign of the printed difference says
-# which way this run leans). In both arms every run rises above the target again after reaching it: the
-# linear rule's LR is larger than the sweep's best LR at this batch (both printed above), already
-# below B_crit — a step too large for the end of training, not an early instability that a
-# warm-up would cure. So on this task, in the regime where
-# the linear rule holds, the linearly scaled LR needs no warm-up to train; and past B_crit (the arms above) the failure comes from an LR
-# too large for the whole run, which a warm-up only postpones. That is the measurement, not a
+# which way this run leans). In both arms every run rises above the target again after reaching
+# it: the linear rule's LR is larger than the sweep's best LR at this batch (both printed above),
+# already below B_crit — a step too large for the end of training, which is where the runs
+# wobble, not an early instability that a warm-up would cure. So on this task, in the regime
+# where the linear rule holds, the linearly scaled LR needs no warm-up to train; and past B_crit
+# (claim 5) the failure comes from an LR too large for the whole run, which a warm-up does not cure. That is the measurement, not a
 # rule: Goyal et al. found warm-up necessary for ResNet-50 with BatchNorm at 8k images a batch and
 # an LR 32× the base; our small MLP on 8×8 digits, at the multiple of its smallest batch printed
 # above, did not need it.

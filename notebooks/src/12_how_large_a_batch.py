@@ -319,8 +319,9 @@ show_table(simclr_trajectory)
 
 fig, ax = plt.subplots(figsize=(5.5, 3.6))
 ax.errorbar([t["loss"] for t in simclr_trajectory], [t["b_simple"] for t in simclr_trajectory],
-            yerr=[[t["b_simple"] - t["b_simple_low"] for t in simclr_trajectory],
-                  [t["b_simple_high"] - t["b_simple"] for t in simclr_trajectory]],
+            # a window's ratio of means can leave its single updates' range if one |G|² estimate is < 0
+            yerr=np.clip([[t["b_simple"] - t["b_simple_low"] for t in simclr_trajectory],
+                          [t["b_simple_high"] - t["b_simple"] for t in simclr_trajectory]], 0, None),
             fmt="C3-o", capsize=3, label="B_simple (bars: single updates of the window)")
 ax.axhline(train_batch, c="gray", ls=":", label=f"training batch {train_batch}")
 ax.set_yscale("log")

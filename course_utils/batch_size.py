@@ -13,7 +13,9 @@ B_small < B_big solves (1) for both unknowns (the paper's unbiased estimator, it
     tr Σ  ≈ (|G_small|² − |G_big|²) / (1/B_small − 1/B_big)
 
 Data parallel hands you both for free: each rank's gradient is a small batch, the all-reduced one
-the big batch. The same model predicts steps S and examples E to reach a target loss:
+the big batch. ``two_batch_noise_scale`` is the estimator for any loss (the unit it needs
+independent is the micro-batch: SimCLR's fixed-size groups of candidates), ``estimate_noise_scale``
+its cross-entropy case, ``probe_during_training`` the loop that measures it along a run. The same model predicts steps S and examples E to reach a target loss:
 
     S = S_min (1 + B_noise / B),  E = E_min (1 + B / B_noise),  i.e. (S/S_min − 1)(E/E_min − 1) = 1
 
@@ -37,6 +39,7 @@ class NoiseScale(NamedTuple):
     b_simple: float        # tr(Σ) / |G|²
     grad_sq: float         # |G|², the squared norm of the true gradient
     trace_cov: float       # tr(Σ), the summed per-example gradient variance
+    loss: float | None = None  # the mean loss of the batches measured (two-batch estimator only)
 
 
 def _flat_grad(model: nn.Module) -> torch.Tensor:
@@ -49,11 +52,30 @@ def estimate_noise_scale(model: nn.Module, images: torch.Tensor, labels: torch.T
     """The paper's two-batch-size estimator of B_simple for a classifier with cross-entropy.
 
     Each of ``draws`` big batches (b_big rows drawn with replacement, so (1) holds exactly) is
-    back-propagated as b_big/b_small micro-batches: their gradients are the small-batch
-    gradients, their mean the big-batch one (what data-parallel ranks and the all-reduce give).
-    |G_small|² and |G_big|² are averaged over everything first, then solved for |G|² and tr Σ:
-    the ratio of averages, as the paper does, not the average of noisy ratios.
+    back-propagated as b_big/b_small micro-batches (``two_batch_noise_scale``).
     Leaves the model's .grad fields set to None.
+    """
+    def draw_big_batch():
+        rows = torch.randint(len(images), (b_big,), generator=generator).to(images.device)
+        return [lambda part=part: F.cross_entropy(model(images[part]), labels[part])
+                for part in rows.split(b_small)]
+
+    return two_batch_noise_scale(model, draw_big_batch, b_small=b_small, b_big=b_big, draws=draws)
+
+
+def two_batch_noise_scale(model: nn.Module, draw_big_batch: Callable[[], list], *, b_small: int,
+                          b_big: int, draws: int) -> NoiseScale:
+    """The two-batch-size estimator for any loss whose big batch is b_big/b_small i.i.d. units.
+
+    ``draw_big_batch()`` -> a list of b_big/b_small zero-argument callables, each returning the
+    (mean) loss of one freshly drawn micro-batch of b_small examples. Their gradients are the
+    small-batch gradients, their mean the big-batch one (what data-parallel ranks and the
+    all-reduce give). |G_small|² and |G_big|² are averaged over all ``draws`` first, then solved
+    for |G|² and tr Σ: the ratio of averages, as the paper does, not the average of noisy ratios.
+    The micro-batch is the unit the estimator needs independent: for a loss that couples the
+    examples of a micro-batch (SimCLR's candidates) it is exact only with the micro-batch held at
+    b_small examples, and its tr Σ is then per example of such micro-batches.
+    Also returns the mean micro-batch loss seen (``loss``). Leaves .grad fields set to None.
     """
     checks.positive_int(b_small, "b_small")
     checks.positive_int(draws, "draws")
@@ -61,13 +83,18 @@ def estimate_noise_scale(model: nn.Module, images: torch.Tensor, labels: torch.T
     if b_big % b_small:
         raise ValueError(f"b_big={b_big} must be a multiple of b_small={b_small}: the big batch is "
                          "made of whole micro-batches")
-    small_sq, big_sq = [], []
+    small_sq, big_sq, losses = [], [], []
     for _ in range(draws):
-        rows = torch.randint(len(images), (b_big,), generator=generator).to(images.device)
+        micro_losses = draw_big_batch()
+        if len(micro_losses) != b_big // b_small:
+            raise ValueError(f"draw_big_batch() gave {len(micro_losses)} micro-batches, expected "
+                             f"b_big/b_small = {b_big // b_small}")
         grads = []
-        for part in rows.split(b_small):
+        for micro_loss in micro_losses:
             model.zero_grad(set_to_none=True)
-            F.cross_entropy(model(images[part]), labels[part]).backward()
+            loss = micro_loss()
+            loss.backward()
+            losses.append(loss.item())
             grads.append(_flat_grad(model))
         grads = torch.stack(grads)                        # (b_big/b_small) × parameters
         small_sq.append(grads.square().sum(1).mean().item())
@@ -76,7 +103,7 @@ def estimate_noise_scale(model: nn.Module, images: torch.Tensor, labels: torch.T
     g_small, g_big = float(np.mean(small_sq)), float(np.mean(big_sq))
     grad_sq = (b_big * g_big - b_small * g_small) / (b_big - b_small)
     trace_cov = (g_small - g_big) / (1 / b_small - 1 / b_big)
-    return NoiseScale(trace_cov / grad_sq, grad_sq, trace_cov)
+    return NoiseScale(trace_cov / grad_sq, grad_sq, trace_cov, float(np.mean(losses)))
 
 
 def exact_noise_scale(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> NoiseScale:
@@ -93,6 +120,37 @@ def exact_noise_scale(model: nn.Module, images: torch.Tensor, labels: torch.Tens
     mean = g.mean(0)
     grad_sq, trace_cov = mean.square().sum().item(), (g - mean).square().sum(1).mean().item()
     return NoiseScale(trace_cov / grad_sq, grad_sq, trace_cov)
+
+
+def probe_during_training(step: Callable, batches, *, steps: int, probe_at, average_over: int,
+                          measure: Callable[[int], object], desc: str = "training with probes") -> list:
+    """Train ``steps`` updates of ``step(batch)`` over ``batches`` (epoch -> iterator) and measure
+    along the way: from each update k in ``probe_at`` on, ``measure(k)`` is called before each of
+    ``average_over`` consecutive updates (the window is cut short at the end of the run).
+    -> [(k, [measure results of the window])], in order: a noise scale is then a ratio of
+    window averages, as the paper's moving averages are (the iterate wobbles, and |G|² with it)."""
+    from tqdm.auto import tqdm
+
+    checks.positive_int(steps, "steps")
+    checks.positive_int(average_over, "average_over")
+    windows, current, done, epoch = [], None, 0, 0
+    with tqdm(total=steps, desc=desc) as bar:
+        while done < steps:
+            for batch in batches(epoch):
+                if done in probe_at:
+                    current = (done, [])
+                    windows.append(current)
+                if current is not None:
+                    current[1].append(measure(done))
+                    if len(current[1]) == average_over:
+                        current = None
+                step(batch)
+                done += 1
+                bar.update()
+                if done == steps:
+                    break
+            epoch += 1
+    return windows
 
 
 def warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int):

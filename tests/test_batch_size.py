@@ -80,3 +80,43 @@ def test_steps_to_target_counts_updates_and_gives_up():
     assert bs.steps_to_target(lambda b: None, batches, lambda: next(losses), target=1.0, max_steps=10) == 3
     assert bs.steps_to_target(lambda b: None, batches, lambda: 5.0, target=1.0, max_steps=5) is None
     assert bs.steps_to_target(lambda b: None, batches, lambda: math.nan, target=1.0, max_steps=5) is None
+
+
+def test_two_batch_estimator_on_groups_of_a_coupled_loss():
+    """A loss that couples the examples of a micro-batch (here: the squared norm of the group's
+    mean output, like SimCLR's candidates) is estimated with the group as the unit: against the
+    group-level |G|² and tr Σ of many independently drawn groups."""
+    torch.manual_seed(0)
+    model, data = torch.nn.Linear(4, 2), torch.randn(512, 4) + 1.0
+    group, gen = 8, torch.Generator().manual_seed(1)
+
+    def group_loss(rows):
+        return model(data[rows]).mean(0).square().sum()   # not a mean of per-example losses
+
+    def draw():
+        return [lambda rows=torch.randperm(len(data), generator=gen)[:group]: group_loss(rows) for _ in range(8)]
+
+    estimate = bs.two_batch_noise_scale(model, draw, b_small=group, b_big=8 * group, draws=200)
+    assert estimate.loss > 0 and all(p.grad is None for p in model.parameters())
+    # reference: the mean and covariance of many independent group gradients, per image (× group)
+    grads = []
+    for _ in range(2000):
+        model.zero_grad(set_to_none=True)
+        group_loss(torch.randperm(len(data), generator=gen)[:group]).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    g = torch.stack(grads).double()
+    grad_sq, trace_cov = g.mean(0).square().sum().item(), group * g.var(0).sum().item()
+    assert estimate.grad_sq == pytest.approx(grad_sq, rel=0.1)
+    assert estimate.trace_cov == pytest.approx(trace_cov, rel=0.15)
+    with pytest.raises(ValueError, match="micro-batches"):
+        bs.two_batch_noise_scale(model, lambda: draw()[:3], b_small=group, b_big=8 * group, draws=1)
+
+
+def test_probe_during_training_measures_windows_before_updates():
+    updates, seen = [], []
+    batches = lambda epoch: iter(range(3))     # three batches an epoch
+    windows = bs.probe_during_training(updates.append, batches, steps=7, probe_at=(0, 5), average_over=3,
+                                       measure=lambda k: (k, len(updates)))
+    assert updates == [0, 1, 2, 0, 1, 2, 0]
+    # before update k, k updates have been made; the last window is cut at the end of the run
+    assert windows == [(0, [(0, 0), (1, 1), (2, 2)]), (5, [(5, 5), (6, 6)])]

@@ -311,13 +311,22 @@ task
 
 
 # %%
-def _measured_mlp_step(batch, d, hidden, classes, layers):
-    """The ledger of one cross-entropy SGD step of MLP(d, hidden, classes, layers) on random data."""
+def _check_mlp_formula(formula, ledger_line, config, hint):
+    """Compare formula(*config) exactly with ``ledger_line`` of one measured cross-entropy SGD step
+    of MLP(d, hidden, classes, layers) on random data; config = (batch, d, hidden, classes, layers)."""
+    batch, d, hidden, classes, layers = config
     gen = torch.Generator().manual_seed(0)
     mlp_ = MLP(d, hidden, classes, layers=layers)
     sgd_ = torch.optim.SGD(mlp_.parameters(), lr=0.1)
     xs, ys = torch.rand(batch, d, generator=gen), torch.randint(0, classes, (batch,), generator=gen)
-    return measure(lambda: make_step(Supervised(mlp_), sgd_)((xs, ys)), model=mlp_, optimizer=sgd_)
+    measured = measure(lambda: make_step(Supervised(mlp_), sgd_)((xs, ys)), model=mlp_, optimizer=sgd_)
+    check_close(formula(*config), getattr(measured, ledger_line), rtol=0,
+                what=f"{ledger_line} of an MLP step with (batch, d, hidden, classes, layers) = {config}: {hint}")
+
+
+# the hidden tests' other configurations: logistic regression (layers=1) and a deep, narrow MLP
+_OTHER_MLPS = [((task.batch, 3 * task.image_size ** 2, task.hidden, task.classes, 1), "layers=1 is logistic regression"),
+               ((5, 7, 3, 2, 6), "a deep, narrow MLP")]
 
 
 # %% [raw]
@@ -351,17 +360,14 @@ def deep_mlp_activation_bytes(batch, d, hidden, classes, layers):
 # # BEGIN TESTS
 
 # %%
-_d = 3 * task.image_size ** 2
-_measured = _measured_mlp_step(task.batch, _d, task.hidden, task.classes, task.layers).activation_bytes
-check_close(deep_mlp_activation_bytes(task.batch, _d, task.hidden, task.classes, task.layers),
-            _measured, rtol=0, what=f"kept for backward by MLP(layers={task.layers}): count the input, "
-            "every ReLU output, the log-softmax, the int64 targets and one fp32 scalar")
+_check_mlp_formula(deep_mlp_activation_bytes, "activation_bytes",
+                   (task.batch, 3 * task.image_size ** 2, task.hidden, task.classes, task.layers),
+                   "count the input, every ReLU output, the log-softmax, the int64 targets and one fp32 scalar")
 
 # %%
 # HIDDEN
-for _args in [(task.batch, 3 * task.image_size ** 2, task.hidden, task.classes, 1), (5, 7, 3, 2, 6)]:
-    check_close(deep_mlp_activation_bytes(*_args), _measured_mlp_step(*_args).activation_bytes,
-                rtol=0, what=f"kept for backward by an MLP step with (batch, d, hidden, classes, layers) = {_args}")
+for _config, _hint in _OTHER_MLPS:
+    _check_mlp_formula(deep_mlp_activation_bytes, "activation_bytes", _config, _hint)
 
 # %% [raw]
 # # END TESTS
@@ -399,17 +405,14 @@ def deep_mlp_backward_flops(batch, d, hidden, classes, layers):
 # # BEGIN TESTS
 
 # %%
-_d = 3 * task.image_size ** 2
-_measured = _measured_mlp_step(task.batch, _d, task.hidden, task.classes, task.layers).backward_flops
-check_close(deep_mlp_backward_flops(task.batch, _d, task.hidden, task.classes, task.layers),
-            _measured, rtol=0, what=f"backward FLOPs of MLP(layers={task.layers}): each layer needs "
-            "its weight gradient, and every layer but the first its input gradient")
+_check_mlp_formula(deep_mlp_backward_flops, "backward_flops",
+                   (task.batch, 3 * task.image_size ** 2, task.hidden, task.classes, task.layers),
+                   "each layer needs its weight gradient, and every layer but the first its input gradient")
 
 # %%
 # HIDDEN
-for _args in [(task.batch, 3 * task.image_size ** 2, task.hidden, task.classes, 1), (5, 7, 3, 2, 6)]:
-    check_close(deep_mlp_backward_flops(*_args), _measured_mlp_step(*_args).backward_flops,
-                rtol=0, what=f"backward FLOPs of an MLP step with (batch, d, hidden, classes, layers) = {_args}")
+for _config, _hint in _OTHER_MLPS:
+    _check_mlp_formula(deep_mlp_backward_flops, "backward_flops", _config, _hint)
 
 # %% [raw]
 # # END TESTS

@@ -138,11 +138,24 @@ print(record)
 # %% [markdown]
 # ## Exercises
 #
-# Every lesson ends with 2–4 short exercises. Each has a cell where you write your answer and test
-# cells below it that check it — often against a measurement, so a wrong formula fails. Run the test
-# cells to check your answer; an instructor grades the same notebooks with
-# [otter-grader](https://otter-grader.readthedocs.io) (see `docs/instructor.md`), with a few hidden
-# tests on edge cases.
+# Every lesson ends with 2–4 short exercises. Most ask you to **predict, then measure**: you write
+# a number (or a small formula) first, and the test cells below it measure the same quantity live
+# with the kit and compare. Run the test cells to check your answer; an instructor grades the same
+# notebooks with [otter-grader](https://otter-grader.readthedocs.io) (see `docs/instructor.md`),
+# with a few hidden tests on edge cases.
+#
+# Your numbers are your own: the configuration of each lesson's exercises (a batch size, an image
+# size, ...) is drawn from `STUDENT_ID` in the parameters cell at the top. Set it to the name you
+# hand your notebook in under; the test cells measure *your* configuration, so a classmate's number
+# is not your answer. Without an ID you get the lesson's own configuration.
+
+# %%
+from course_utils.exercises import check_close
+from course_utils.variants import exercise_variant
+
+task = exercise_variant("00_tour", STUDENT_ID, image_size=(32, 16, 24, 48, 64),
+                        images=(100, 64, 200, 128, 50), batch=(16, 8, 24, 32, 48))
+task
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -150,18 +163,16 @@ print(record)
 # points: 1
 
 # %% [markdown]
-# **Exercise 1 —** How many bytes do the images of a dataset take in memory? Write
-# `image_bytes(ds)` for any dataset `load_dataset` returns (float32, so 4 bytes per value).
+# **Exercise 1 — predict, then measure.** `load_dataset("shapes", "test", image_size=task.image_size,
+# limit=task.images)` loads `task.images` RGB images of `task.image_size`×`task.image_size` pixels
+# as one float32 tensor. Before loading it, predict how many bytes that tensor's values take. The
+# test loads it and reads the tensor's size.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def image_bytes(ds):
-    # BEGIN SOLUTION
-    n, c, h, w = ds.images.shape
-    return 4 * n * c * h * w
-    # END SOLUTION
+predicted_image_bytes = 4 * task.images * 3 * task.image_size ** 2  # SOLUTION
 
 # %% [raw]
 # # END SOLUTION
@@ -170,13 +181,16 @@ def image_bytes(ds):
 # # BEGIN TESTS
 
 # %%
-_ds = load_dataset("digits", "test")
-assert image_bytes(_ds) == _ds.images.numel() * _ds.images.element_size(), "N·C·H·W values of 4 bytes"
+_ds = load_dataset("shapes", "test", image_size=task.image_size, limit=task.images)
+check_close(predicted_image_bytes, _ds.images.numel() * _ds.images.element_size(), rtol=0,
+            what=f"bytes of {task.images} float32 RGB images of {task.image_size}×{task.image_size} "
+                 "pixels (N·C·H·W values of 4 bytes each)")
 
 # %%
 # HIDDEN
-_ds = load_dataset("shapes", "test", image_size=16, limit=100)
-assert image_bytes(_ds) == 100 * 3 * 16 * 16 * 4
+_ds = load_dataset("shapes", "test", image_size=task.image_size, limit=task.images)
+check_close(predicted_image_bytes, _ds.images.untyped_storage().nbytes(), rtol=0,
+            what="bytes the images' storage actually owns")
 
 # %% [raw]
 # # END TESTS
@@ -186,24 +200,20 @@ assert image_bytes(_ds) == 100 * 3 * 16 * 16 * 4
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q2_same_views
+# name: q2_step_flops
 # points: 1
 
 # %% [markdown]
-# **Exercise 2 —** Reproducibility: write `two_views(images, seed)` that returns two augmented
-# views `(v1, v2)` of `images` with `SimCLRAugment(32)`, drawn from one `torch.Generator` seeded
-# with `seed`, so that calling it twice with the same seed gives identical views.
+# **Exercise 2 — predict, then measure.** The ledger above measured `record.flops` for one SGD step
+# of `SmallResNet(width=8)` on 16 images. Predict the FLOPs of the same step on `task.batch`
+# images, from that record alone (no new measurement). The test builds the model, runs the step on
+# `task.batch` images and reads the ledger.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def two_views(images, seed):
-    # BEGIN SOLUTION
-    gen = torch.Generator().manual_seed(seed)
-    aug = SimCLRAugment(32)
-    return aug(images, gen), aug(images, gen)
-    # END SOLUTION
+predicted_flops = record.flops * task.batch // 16  # SOLUTION
 
 # %% [raw]
 # # END SOLUTION
@@ -212,15 +222,23 @@ def two_views(images, seed):
 # # BEGIN TESTS
 
 # %%
-_x = load_dataset("shapes", "test", limit=8).images
-_a, _b = two_views(_x, 3)
-assert torch.equal(_a, two_views(_x, 3)[0]), "the same seed must give the same first view"
-assert not torch.equal(_a, _b), "the two views must differ: draw both from one generator"
+_model = SmallResNet(width=8, num_classes=len(shapes.classes)).to(device)
+_opt = torch.optim.SGD(_model.parameters(), lr=0.1)
+_step = make_step(Supervised(_model), _opt)
+_rec = measure(lambda: _step((shapes.images[:task.batch], shapes.labels[:task.batch])),
+               model=_model, optimizer=_opt)
+check_close(predicted_flops, _rec.flops, rtol=0, what=f"FLOPs of one step on {task.batch} images")
 
 # %%
 # HIDDEN
-_x = load_dataset("shapes", "test", limit=4).images
-assert not torch.equal(two_views(_x, 1)[0], two_views(_x, 2)[0]), "different seeds, different views"
+# other images, other labels, other initial weights: the FLOPs of a step depend on the shapes alone
+_ = torch.manual_seed(1)
+_model = SmallResNet(width=8, num_classes=len(shapes.classes)).to(device)
+_opt = torch.optim.SGD(_model.parameters(), lr=0.1)
+_step = make_step(Supervised(_model), _opt)
+_images, _labels = shapes.images[-task.batch:], shapes.labels[-task.batch:]
+_rec = measure(lambda: _step((_images, _labels)), model=_model, optimizer=_opt)
+check_close(predicted_flops, _rec.flops, rtol=0, what=f"FLOPs of one step on {task.batch} other images")
 
 # %% [raw]
 # # END TESTS

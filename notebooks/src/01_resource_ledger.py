@@ -293,40 +293,64 @@ widgets.interact(predicted_ledger, batch=widgets.IntSlider(64, 8, 512, 8),
 # %% [markdown]
 # ## Exercises
 #
-# The tests below check your answers against the ledger's own measurements, made by these helpers.
+# Predict, then measure: each answer is a number or a formula you write *before* looking at a
+# ledger, and the test cells run the step with `measure` and compare, exactly (these are counts).
+# The worked example counted a two-layer MLP; the exercises go deeper, and your configuration is
+# drawn from `STUDENT_ID` (parameters cell), so your numbers are your own:
 
 # %%
-def _measured_activation_bytes(batch, d, hidden, classes):
-    m = MLP(d, hidden, classes, layers=2)
-    o = torch.optim.SGD(m.parameters(), lr=0.1)
-    xs, ys = torch.rand(batch, d), torch.randint(0, classes, (batch,))
-    return measure(lambda: make_step(Supervised(m), o)((xs, ys)), model=m).activation_bytes
+from course_utils.exercises import check_close
+from course_utils.optim import make_optimizer
+from course_utils.variants import exercise_variant
+
+task = exercise_variant("01_resource_ledger", STUDENT_ID, batch=(32, 16, 24, 48, 64),
+                        image_size=(16, 8, 12, 24), hidden=(64, 32, 48, 96), layers=(3, 4, 5),
+                        classes=(8, 5, 10, 4), width=(16, 8, 12, 24),
+                        optimizer=("adam", "sgd-momentum", "adamw", "sgd"))
+task
 
 
-def _measured_backward_flops(batch, d, hidden, classes):
-    m = MLP(d, hidden, classes, layers=2)
-    o = torch.optim.SGD(m.parameters(), lr=0.1)
-    xs, ys = torch.rand(batch, d), torch.randint(0, classes, (batch,))
-    return measure(lambda: make_step(Supervised(m), o)((xs, ys)), model=m).backward_flops
+# %%
+def _check_mlp_formula(formula, ledger_line, config, hint):
+    """Compare formula(*config) exactly with ``ledger_line`` of one measured cross-entropy SGD step
+    of MLP(d, hidden, classes, layers) on random data; config = (batch, d, hidden, classes, layers)."""
+    batch, d, hidden, classes, layers = config
+    gen = torch.Generator().manual_seed(0)
+    mlp_ = MLP(d, hidden, classes, layers=layers)
+    sgd_ = torch.optim.SGD(mlp_.parameters(), lr=0.1)
+    xs, ys = torch.rand(batch, d, generator=gen), torch.randint(0, classes, (batch,), generator=gen)
+    measured = measure(lambda: make_step(Supervised(mlp_), sgd_)((xs, ys)), model=mlp_, optimizer=sgd_)
+    check_close(formula(*config), getattr(measured, ledger_line), rtol=0,
+                what=f"{ledger_line} of an MLP step with (batch, d, hidden, classes, layers) = {config}: {hint}")
+
+
+# the hidden tests' other configurations: logistic regression (layers=1) and a deep, narrow MLP
+_OTHER_MLPS = [((task.batch, 3 * task.image_size ** 2, task.hidden, task.classes, 1), "layers=1 is logistic regression"),
+               ((5, 7, 3, 2, 6), "a deep, narrow MLP")]
 
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q1_mlp_activation_bytes
+# name: q1_deep_mlp_activation_bytes
 # points: 1
 
 # %% [markdown]
-# **Exercise 1 —** Write `mlp_activation_bytes(batch, d, hidden, classes)`: the bytes a step of
-# `MLP(d, hidden, classes, layers=2)` with cross-entropy keeps for backward (fp32, int64 targets).
-# The test measures it with `measure`.
+# **Exercise 1 — predict, then measure.** Write `deep_mlp_activation_bytes(batch, d, hidden,
+# classes, layers)`: the bytes a cross-entropy step of `MLP(d, hidden, classes, layers=layers)`
+# keeps for backward (fp32 activations, int64 targets). `layers` counts the Linear layers, with a
+# ReLU between consecutive ones. The test measures your configuration: `task.batch` images of
+# 3×`task.image_size`×`task.image_size` values, `task.hidden` units, `task.classes` classes,
+# `task.layers` layers; hidden tests try other depths, including `layers=1`.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def mlp_activation_bytes(batch, d, hidden, classes):
+def deep_mlp_activation_bytes(batch, d, hidden, classes, layers):
     # BEGIN SOLUTION
-    return 4 * batch * (d + hidden + classes) + 8 * batch + 4
+    # the input (saved by the first Linear), each ReLU output (also the next Linear's input),
+    # the log-softmax, the int64 targets and NLL's fp32 scalar
+    return 4 * batch * (d + (layers - 1) * hidden + classes) + 8 * batch + 4
     # END SOLUTION
 
 # %% [raw]
@@ -336,15 +360,14 @@ def mlp_activation_bytes(batch, d, hidden, classes):
 # # BEGIN TESTS
 
 # %%
-assert mlp_activation_bytes(8, 20, 16, 5) == _measured_activation_bytes(8, 20, 16, 5), \
-    "count the input, the ReLU output, the log-softmax, the int64 targets and one fp32 scalar"
+_check_mlp_formula(deep_mlp_activation_bytes, "activation_bytes",
+                   (task.batch, 3 * task.image_size ** 2, task.hidden, task.classes, task.layers),
+                   "count the input, every ReLU output, the log-softmax, the int64 targets and one fp32 scalar")
 
 # %%
-""" # BEGIN TEST CONFIG
-hidden: true
-""" # END TEST CONFIG
-assert mlp_activation_bytes(1, 3, 2, 2) == _measured_activation_bytes(1, 3, 2, 2)
-assert mlp_activation_bytes(64, 100, 7, 10) == _measured_activation_bytes(64, 100, 7, 10)
+# HIDDEN
+for _config, _hint in _OTHER_MLPS:
+    _check_mlp_formula(deep_mlp_activation_bytes, "activation_bytes", _config, _hint)
 
 # %% [raw]
 # # END TESTS
@@ -354,19 +377,25 @@ assert mlp_activation_bytes(64, 100, 7, 10) == _measured_activation_bytes(64, 10
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q2_backward_flops
+# name: q2_deep_mlp_backward_flops
 # points: 1
 
 # %% [markdown]
-# **Exercise 2 —** Backward FLOPs of the same MLP step. Remember which gradients are needed.
+# **Exercise 2 — predict, then measure.** Backward FLOPs of the same deeper step:
+# `deep_mlp_backward_flops(batch, d, hidden, classes, layers)`. Which layers need the gradient
+# with respect to their input, and which only with respect to their weights? The test measures
+# your configuration; hidden tests other depths, including `layers=1` (logistic regression).
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def mlp_backward_flops(batch, d, hidden, classes):
+def deep_mlp_backward_flops(batch, d, hidden, classes, layers):
     # BEGIN SOLUTION
-    return 2 * batch * d * hidden + 2 * 2 * batch * hidden * classes
+    dims = [d] + [hidden] * (layers - 1) + [classes]
+    # weight gradient of every layer; input gradient of every layer but the first
+    return sum((2 if i == 0 else 4) * batch * fan_in * fan_out
+               for i, (fan_in, fan_out) in enumerate(zip(dims[:-1], dims[1:])))
     # END SOLUTION
 
 # %% [raw]
@@ -376,14 +405,14 @@ def mlp_backward_flops(batch, d, hidden, classes):
 # # BEGIN TESTS
 
 # %%
-assert mlp_backward_flops(4, 10, 6, 3) == _measured_backward_flops(4, 10, 6, 3), \
-    "the first layer needs only its weight gradient: the images need no gradient"
+_check_mlp_formula(deep_mlp_backward_flops, "backward_flops",
+                   (task.batch, 3 * task.image_size ** 2, task.hidden, task.classes, task.layers),
+                   "each layer needs its weight gradient, and every layer but the first its input gradient")
 
 # %%
-""" # BEGIN TEST CONFIG
-hidden: true
-""" # END TEST CONFIG
-assert mlp_backward_flops(32, 48, 20, 9) == _measured_backward_flops(32, 48, 20, 9)
+# HIDDEN
+for _config, _hint in _OTHER_MLPS:
+    _check_mlp_formula(deep_mlp_backward_flops, "backward_flops", _config, _hint)
 
 # %% [raw]
 # # END TESTS
@@ -393,21 +422,23 @@ assert mlp_backward_flops(32, 48, 20, 9) == _measured_backward_flops(32, 48, 20,
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q3_adam_resident
+# name: q3_resident_bytes
 # points: 1
 
 # %% [markdown]
-# **Exercise 3 —** A model has `n` fp32 parameters and is trained with Adam. How many bytes of
-# resident state (parameters + gradients + optimizer state) does one step need?
+# **Exercise 3 — predict, then measure.** `SmallResNet(width=task.width, num_classes=task.classes)`
+# takes one step with `make_optimizer(task.optimizer, model.parameters())` (the optimizers are
+# listed in `course_utils.optim.OPTIMIZERS`). Predict its resident state after the step:
+# parameters, gradients and optimizer state, in bytes. You may count the parameters with code;
+# the test runs the step and reads the ledger.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def adam_resident_bytes(n):
-    # BEGIN SOLUTION
-    return 4 * n * (1 + 1 + 2)
-    # END SOLUTION
+resnet_params = sum(p.numel() for p in SmallResNet(width=task.width, num_classes=task.classes).parameters())  # SOLUTION
+optimizer_copies = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2}[task.optimizer]  # SOLUTION
+predicted_resident_bytes = 4 * resnet_params * (1 + 1 + optimizer_copies)  # SOLUTION
 
 # %% [raw]
 # # END SOLUTION
@@ -416,16 +447,23 @@ def adam_resident_bytes(n):
 # # BEGIN TESTS
 
 # %%
-assert adam_resident_bytes(1000) == 16000, "weights, gradients and two moments, 4 bytes each"
+_model = SmallResNet(width=task.width, num_classes=task.classes)
+_opt = make_optimizer(task.optimizer, _model.parameters())
+_xs, _ys = torch.rand(2, 3, 16, 16), torch.tensor([0, 1])
+_rec = measure(lambda: make_step(Supervised(_model), _opt)((_xs, _ys)), model=_model, optimizer=_opt)
+check_close(predicted_resident_bytes, _rec.resident_bytes, rtol=0,
+            what=f"resident bytes of SmallResNet(width={task.width}) with {task.optimizer}: "
+                 "weights, gradients and the optimizer's per-parameter copies, 4 bytes each")
 
 # %%
-""" # BEGIN TEST CONFIG
-hidden: true
-""" # END TEST CONFIG
-_m = SmallResNet(width=4, num_classes=3)
-_o = torch.optim.Adam(_m.parameters())
-_r = measure(lambda: make_step(Supervised(_m), _o)((torch.rand(2, 3, 16, 16), torch.tensor([0, 1]))), model=_m, optimizer=_o)
-assert adam_resident_bytes(sum(p.numel() for p in _m.parameters())) == _r.resident_bytes
+# HIDDEN
+# resident state does not depend on the batch or the image size
+_model = SmallResNet(width=task.width, num_classes=task.classes)
+_opt = make_optimizer(task.optimizer, _model.parameters())
+_xs, _ys = torch.rand(5, 3, 24, 24), torch.tensor([0, 1, 1, 0, 1])
+_rec = measure(lambda: make_step(Supervised(_model), _opt)((_xs, _ys)), model=_model, optimizer=_opt)
+check_close(predicted_resident_bytes, _rec.resident_bytes, rtol=0,
+            what="resident bytes after a step on another batch size and image size")
 
 # %% [raw]
 # # END TESTS

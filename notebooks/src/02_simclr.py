@@ -886,29 +886,87 @@ assert caching_gain > 2 and tiling_gain > 2, "each method more than doubles the 
 
 # %% [markdown]
 # ## Exercises
+#
+# Two of the three are *predict, then measure*: you write a number or a formula first, and the
+# test cells run the kit's step (`make_step`, `measure`) on your configuration and compare. The
+# configuration (batch, micro-batches, temperature, chunk size) is drawn from `STUDENT_ID` in the
+# parameters cell, so your numbers are your own; the encoder of the exercises is this lesson's
+# `SmallResNet` + projection head at width 4 on 8-pixel images, whatever the scale (small, so
+# that the checks take seconds).
+
+# %%
+from course_utils.exercises import check_close
+from course_utils.variants import exercise_variant
+
+task = exercise_variant("02_simclr", STUDENT_ID, batch=(128, 64, 96), accumulation=(4, 2, 8),
+                        temperature=(0.2, 0.5, 1.0), chunk=(16, 32, 8))
+task
+
+
+# %%
+def _exercise_simclr():
+    """The exercises' SimCLR: lesson 02's encoder at width 4 (any scale), on the CPU."""
+    torch.manual_seed(0)
+    backbone = SmallResNet(width=4, blocks=(1, 1, 1))
+    return SimCLR(backbone, ProjectionHead(backbone.feature_dim, 128, EMBED_DIM), 0.2)
+
+
+def _exercise_kept(n, **step_kwargs):
+    """Kept-for-backward bytes of one SimCLR step on n random 8-pixel images (make_step's kwargs)."""
+    model_ = _exercise_simclr()
+    opt_ = torch.optim.SGD(model_.parameters(), lr=0.0)
+    step_ = make_step(model_, opt_, augment=SimCLRAugment(8), generator=torch.Generator().manual_seed(0),
+                      **step_kwargs)
+    images = torch.rand(n, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    return measure(lambda: step_(images), model=model_).activation_bytes
+
+
+def _exercise_loss_kept(n):
+    """Kept-for-backward bytes of the plain NT-Xent loss alone on n×EMBED_DIM embeddings."""
+    z1_, z2_ = (torch.randn(n, EMBED_DIM, requires_grad=True) for _ in range(2))
+    return measure(lambda: nt_xent_loss(z1_, z2_, 0.2).backward()).activation_bytes
+
+
+def _check_gc_prediction(formula, n, chunk):
+    """Compare formula(per_view_bytes, chunk, loss_bytes), with both bytes measured, against the
+    kept-for-backward of a measured gradient-caching step on n images in chunks of chunk, within 2%."""
+    loss_bytes = _exercise_loss_kept(n)
+    per_view_bytes = (_exercise_kept(n) - loss_bytes) / (2 * n)      # the encoder's share, per view
+    check_close(formula(per_view_bytes, chunk, loss_bytes), _exercise_kept(n, chunks=n // chunk), rtol=0.02,
+                what=f"kept for backward by gradient caching, N={n} in chunks of {chunk}")
+
+
+def _aligned_step_loss(n, micro_batches, temperature, scale=None):
+    """The loss make_step reports for n images whose two views embed to the same one-hot vector
+    (row i of the n×n identity, times scale[i] if given), split into micro_batches."""
+    projector = nn.Linear(n, n, bias=False, dtype=torch.float64)
+    with torch.no_grad():
+        projector.weight.copy_(torch.eye(n))
+    model_ = SimCLR(nn.Identity(), projector, temperature)
+    images = torch.eye(n, dtype=torch.float64) * (1 if scale is None else scale[:, None])
+    step_ = make_step(model_, torch.optim.SGD(model_.parameters(), lr=0.0),
+                      augment=lambda x, generator=None: x, accumulation=micro_batches)
+    return float(step_(images)["loss"])
+
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q1_nt_xent
-# points: 2
+# name: q1_accumulated_aligned_loss
+# points: 1
 
 # %% [markdown]
-# **Exercise 1 —** Implement the NT-Xent loss `my_nt_xent(z1, z2, temperature)` (z1, z2: N×d),
-# vectorised: normalise, build the 2N×2N similarity matrix, exclude each anchor from its own
-# candidates, and use cross-entropy with the right targets.
+# **Exercise 1 — predict, then measure.** Take `task.batch` images whose two views are embedded
+# *perfectly*: each image's two views give the same vector, and different images give orthogonal
+# vectors (the "aligned" construction of the evidence section). The step is split into
+# `task.accumulation` micro-batches for gradient accumulation, at temperature `task.temperature`.
+# Predict the loss the step reports (the mean over all anchors). The test runs the kit's
+# `make_step(..., accumulation=task.accumulation)` on exactly these embeddings.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def my_nt_xent(z1, z2, temperature):
-    # BEGIN SOLUTION
-    n = z1.shape[0]
-    zz = F.normalize(torch.cat([z1, z2]), dim=1)
-    logits = (zz @ zz.T / temperature).masked_fill(torch.eye(2 * n, dtype=torch.bool), float("-inf"))
-    targets = torch.cat([torch.arange(n, 2 * n), torch.arange(n)])
-    return F.cross_entropy(logits, targets)
-    # END SOLUTION
+accumulated_aligned_loss = -1 / task.temperature + math.log(math.exp(1 / task.temperature) + 2 * (task.batch // task.accumulation) - 2)  # SOLUTION
 
 # %% [raw]
 # # END SOLUTION
@@ -917,16 +975,16 @@ def my_nt_xent(z1, z2, temperature):
 # # BEGIN TESTS
 
 # %%
-_a, _b = torch.randn(5, 7), torch.randn(5, 7)
-assert torch.allclose(my_nt_xent(_a, _b, 0.5), nt_xent_loss(_a, _b, 0.5), atol=1e-5), \
-    "row i's positive is i+N (and i-N for the second view); the diagonal must be excluded"
+check_close(accumulated_aligned_loss, _aligned_step_loss(task.batch, task.accumulation, task.temperature),
+            rtol=1e-9, what=f"loss of an aligned batch of {task.batch} in {task.accumulation} micro-batches "
+            f"at T={task.temperature} (how many candidates does an anchor see in its micro-batch?)")
 
 # %%
-""" # BEGIN TEST CONFIG
-hidden: true
-""" # END TEST CONFIG
-_a, _b = torch.randn(16, 3), torch.randn(16, 3)
-assert torch.allclose(my_nt_xent(_a, _b, 0.1), nt_xent_loss(_a, _b, 0.1), atol=1e-5)
+# HIDDEN
+# cosine similarity ignores each embedding's length: the loss is the same at any scale
+_scale = torch.rand(task.batch, generator=torch.Generator().manual_seed(2), dtype=torch.float64) + 0.5
+check_close(accumulated_aligned_loss, _aligned_step_loss(task.batch, task.accumulation, task.temperature, _scale),
+            rtol=1e-9, what="loss of the same aligned batch with rescaled embeddings")
 
 # %% [raw]
 # # END TESTS
@@ -936,22 +994,31 @@ assert torch.allclose(my_nt_xent(_a, _b, 0.1), nt_xent_loss(_a, _b, 0.1), atol=1
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q2_candidates
+# name: q2_decoupled_loss
 # points: 1
 
 # %% [markdown]
-# **Exercise 2 —** A SimCLR step with batch N split into k micro-batches for gradient
-# accumulation: how many candidates (positive + negatives) does each anchor see? Return the
-# number, and the loss you expect at initialisation for random embeddings.
+# **Exercise 2 — a variant of the loss.** *Decoupled* contrastive learning (Yeh et al., 2022)
+# removes the positive from the denominator: anchor i's loss is
+# ℓᵢ = −s_{i,p(i)}/T + log Σ_{j∉{i, p(i)}} exp(s_ij/T), so only the 2N−2 negatives compete.
+# Write `decoupled_nt_xent(z1, z2, temperature)` (z1, z2: N×d, mean over the 2N anchors). The
+# tests use the two exact constructions of the evidence section (orthogonal and aligned
+# embeddings) and compare with the kit's `nt_xent_loss` on the same embeddings.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def candidates_and_init_loss(n, k):
+def decoupled_nt_xent(z1, z2, temperature):
     # BEGIN SOLUTION
-    c = 2 * n // k - 1
-    return c, math.log(c)
+    n = z1.shape[0]
+    z = F.normalize(torch.cat([z1, z2]), dim=1)
+    sims = z @ z.T / temperature
+    positive = torch.cat([torch.arange(n, 2 * n), torch.arange(n)])
+    excluded = torch.eye(2 * n, dtype=torch.bool)
+    excluded[torch.arange(2 * n), positive] = True          # neither the anchor nor its positive
+    negatives = sims.masked_fill(excluded, float("-inf")).logsumexp(dim=1)
+    return (negatives - sims[torch.arange(2 * n), positive]).mean()
     # END SOLUTION
 
 # %% [raw]
@@ -961,17 +1028,30 @@ def candidates_and_init_loss(n, k):
 # # BEGIN TESTS
 
 # %%
-assert candidates_and_init_loss(64, 1)[0] == 127
-assert candidates_and_init_loss(64, 4)[0] == 31, "each micro-batch only has its own 2N/k views"
+# When every anchor's row looks the same, the plain per-anchor loss is ℓ = −s_p/T + log(e^{s_p/T} + Σ_neg),
+# so the decoupled one is ℓ + log(1 − e^{−ℓ}), computed here from the kit's loss.
+_eye = torch.eye(2 * task.batch, dtype=torch.float64)
+for _z1, _z2, _name in [(_eye[:task.batch], _eye[task.batch:], "orthogonal"),
+                        (_eye[:task.batch], _eye[:task.batch], "aligned")]:
+    _plain = nt_xent_loss(_z1, _z2, task.temperature).item()
+    check_close(float(decoupled_nt_xent(_z1, _z2, task.temperature)), _plain + math.log(1 - math.exp(-_plain)),
+                rtol=1e-9, what=f"decoupled loss of the {_name} construction, N={task.batch}, "
+                f"T={task.temperature}: the 2N−2 negatives alone in the denominator")
 
 # %%
-""" # BEGIN TEST CONFIG
-hidden: true
-""" # END TEST CONFIG
-_g = torch.Generator().manual_seed(0)
-_z1, _z2 = torch.randn(32, 1024, generator=_g), torch.randn(32, 1024, generator=_g)
-_micro = torch.stack([nt_xent_loss(a, b) for a, b in zip(_z1.chunk(2), _z2.chunk(2))]).mean().item()
-assert abs(candidates_and_init_loss(32, 2)[1] - _micro) < 0.05
+# HIDDEN
+_g = torch.Generator().manual_seed(3)
+_z1, _z2 = torch.randn(7, 5, generator=_g, dtype=torch.float64), torch.randn(7, 5, generator=_g, dtype=torch.float64)
+_z = F.normalize(torch.cat([_z1, _z2]), dim=1)
+_s = _z @ _z.T / 0.3
+_p = torch.cat([torch.arange(7, 14), torch.arange(7)])
+_keep = ~torch.eye(14, dtype=torch.bool)
+_keep[torch.arange(14), _p] = False
+_expected = torch.stack([torch.logsumexp(_s[i][_keep[i]], 0) - _s[i, _p[i]] for i in range(14)]).mean()
+check_close(float(decoupled_nt_xent(_z1, _z2, 0.3)), float(_expected), rtol=1e-9,
+            what="decoupled loss of random embeddings (N=7, d=5, T=0.3)")
+assert float(decoupled_nt_xent(_z1, _z2, 0.3)) < float(nt_xent_loss(_z1, _z2, 0.3)), \
+    "removing the positive from the denominator lowers every anchor's loss"
 
 # %% [raw]
 # # END TESTS
@@ -985,11 +1065,13 @@ assert abs(candidates_and_init_loss(32, 2)[1] - _micro) < 0.05
 # points: 2
 
 # %% [markdown]
-# **Exercise 3 — predict, then measure.** A gradient-caching step with chunks of `chunk` images:
-# the encoder keeps `per_view_bytes` for each view it back-propagates, and the loss alone on the
-# whole batch's embeddings keeps `loss_bytes`. Before looking at the ledger, write the bytes the
-# step keeps for backward (its peak). The test compares it with real steps of this lesson's encoder
-# from the sweep above, at a small N and at the largest, where the loss sets the peak.
+# **Exercise 3 — predict, then measure.** A gradient-caching step on `task.batch` images with
+# chunks of `task.chunk` images: the encoder keeps `per_view_bytes` for each view it
+# back-propagates, and the loss alone on the whole batch's embeddings keeps `loss_bytes`. Before
+# looking at the ledger, write the bytes the step keeps for backward (its peak). The test measures
+# `per_view_bytes` and `loss_bytes` for your configuration, then a real gradient-caching step
+# (`make_step(..., chunks=task.batch // task.chunk)`), and compares within 2%; hidden tests try a
+# batch where one chunk sets the peak and one where the loss's N² logits do.
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -1007,21 +1089,12 @@ def gc_kept_bytes(per_view_bytes, chunk, loss_bytes):
 # # BEGIN TESTS
 
 # %%
-def _check_gc_prediction(row):
-    """row: one N of the memory sweep above (steps measured by the ledger)."""
-    per_view_bytes = (row["naive"] - row["loss alone"]) / (2 * row["N"])   # the encoder's share, per view
-    predicted = gc_kept_bytes(per_view_bytes, cfg.gc_chunk, row["loss alone"])
-    kept = row["gradient caching"]
-    assert abs(predicted - kept) <= 0.02 * kept, f"N={row['N']}: predicted {predicted:.0f} B, measured {kept} B"
-
-
-_check_gc_prediction(gc_sweep[0])     # small N: one chunk sets the peak
-_check_gc_prediction(gc_sweep[-1])    # largest N: the loss's N² logits set it
+_check_gc_prediction(gc_kept_bytes, task.batch, task.chunk)
 
 # %%
-""" # BEGIN TEST CONFIG
-hidden: true
-""" # END TEST CONFIG
+# HIDDEN
+for _n, _chunk in [(32, 16), (96, 8)]:         # one chunk sets the peak / the loss's logits set it
+    _check_gc_prediction(gc_kept_bytes, _n, _chunk)
 assert gc_kept_bytes(1000, 4, 5000) == 8000 and gc_kept_bytes(1000, 4, 9000) == 9000, \
     "the peak is the larger of the two passes, not their sum"
 

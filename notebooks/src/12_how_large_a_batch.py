@@ -951,4 +951,9 @@ headline(
     warmup_final_loss=final[f"linear LR, {cfg.warmup_steps // 2}-step warm-up"],
     no_warmup_final_loss=final["linear LR, no warm-up"],
     accumulation_max_gap=accumulation_gap,
+    simclr_b_simple_init=simclr_first["b_simple"],
+    simclr_b_simple_min=simclr_min_b_simple,
+    simclr_b_simple_last=simclr_last["b_simple"],
+    warmup_below_crit_paired_diff=float(goyal_diff.mean()),
+    warmup_below_crit_standard_error=goyal_tolerance / 2,
 )

@@ -829,8 +829,7 @@ def measured_updates_to_close_half(momentum):
 # # BEGIN SOLUTION
 
 # %%
-n_query_params = count_parameters(task_moco(task.width, task.queue_size, task.dim).query_encoder)  # SOLUTION
-predicted_resident_bytes = 4 * n_query_params * (2 + 1 + 2) + task.queue_size * (4 * task.dim + 16) + 16  # SOLUTION
+predicted_resident_bytes = 4 * count_parameters(task_moco(task.width, task.queue_size, task.dim).query_encoder) * (2 + 1 + 2) + task.queue_size * (4 * task.dim + 16) + 16  # SOLUTION
 
 # %% [raw]
 # # END SOLUTION

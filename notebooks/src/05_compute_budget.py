@@ -774,8 +774,7 @@ for _b, _d, _h, _c in [(1, 1, 1, 1), (16, 64, 32, 10), (3, 5, 7, 2)]:
 # # BEGIN SOLUTION
 
 # %%
-n_params = task.d * task.h + task.h + task.h * task.c + task.c  # SOLUTION
-extra_steps = int(task.budget_flops // mlp_step_flops(task.batch, task.d, task.h, task.c)) - int(task.budget_flops // (6 * n_params * task.batch))  # SOLUTION
+extra_steps = int(task.budget_flops // mlp_step_flops(task.batch, task.d, task.h, task.c)) - int(task.budget_flops // (6 * (task.d * task.h + task.h + task.h * task.c + task.c) * task.batch))  # SOLUTION
 
 # %% [raw]
 # # END SOLUTION

@@ -753,28 +753,83 @@ if cfg.shuffle_loss_gap_max is not None:   # CI: a handful of steps, nothing to 
 
 # %% [markdown]
 # ## Exercises
+#
+# Three predictions, each checked against a live measurement: the test builds what the question
+# describes, runs the kit on it and compares. The configuration is yours, drawn from `STUDENT_ID`
+# (with no ID it is the lesson's own):
+
+# %%
+from course_utils.exercises import check_close
+from course_utils.variants import exercise_variant
+
+task = exercise_variant("03_moco", STUDENT_ID, width=(16, 8, 24, 32), queue_size=(1024, 256, 1000, 2048, 4096),
+                        dim=(64, 32, 48, 128), max_age=(4, 3, 5, 6), momentum=(0.99, 0.9, 0.98, 0.995, 0.999))
+task
+
+# %% [markdown]
+# The tests measure with these helpers: the lesson's MoCo at another width, queue size and key
+# dimension, the age of the oldest key in a queue, and the number of momentum updates the key
+# encoder needs to close half its gap to a query encoder that stands still.
+
+# %%
+def task_moco(width, queue_size, dim, momentum=0.99):
+    """The lesson's MoCo (`build_moco`: SmallResNet with one block per stage, a 128-wide
+    projection head to `dim`, two BN groups) at another width, queue size and key dimension."""
+    torch.manual_seed(0)
+    backbone = SmallResNet(width=width, blocks=(1, 1, 1))
+    return MoCo(backbone, ProjectionHead(backbone.feature_dim, 128, dim), queue_size=queue_size,
+                momentum=momentum, bn_groups=2).to(device)
+
+
+def measured_oldest_key_age(queue_size, batch):
+    """The largest age (enqueue calls since written) of any real key in a FeatureQueue of
+    `queue_size` slots fed batches of `batch` keys, read after each of 3·ceil(K/B) + 2 calls once
+    the queue is full of real keys (every call writes one key of each position in a batch, so
+    the oldest key's age repeats from call to call)."""
+    fifo, oldest = FeatureQueue(queue_size, 1), 0
+    fill = math.ceil(queue_size / batch)
+    for call in range(3 * fill + 2):
+        fifo.enqueue(torch.zeros(batch, 1))
+        if call + 1 >= fill:
+            oldest = max(oldest, int(fifo.ages()[fifo.filled()].max()))
+    return oldest
+
+
+def measured_updates_to_close_half(momentum):
+    """Call `MoCo.momentum_update` on a small MoCo (in float64) whose query encoder stands 1 away
+    from the key encoder in every parameter, until the key encoder has closed at least half of
+    that gap; return the number of calls."""
+    torch.manual_seed(0)
+    small = MoCo(nn.Linear(6, 5), nn.Linear(5, 3), queue_size=8, momentum=momentum).double()
+    with torch.no_grad():
+        for p in small.query_encoder.parameters():
+            p.add_(1.0)
+    gap = lambda: torch.cat([(q - k).flatten() for q, k in zip(small.query_encoder.parameters(),
+                                                                small.key_encoder.parameters())]).norm().item()
+    start, calls = gap(), 0
+    while gap() > 0.5 * start:
+        small.momentum_update()
+        calls += 1
+    return calls
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q1_enqueue
+# name: q1_moco_resident_bytes
 # points: 2
 
 # %% [markdown]
-# **Exercise 1 —** Implement the enqueue of a ring-buffer queue: `my_enqueue(keys_buffer, ptr,
-# new_keys)` writes the B×d `new_keys` into the K×d `keys_buffer` starting at row `ptr`, wrapping
-# around at the end, and returns the new pointer `(ptr + B) % K`.
+# **Exercise 1 — predict, then measure: MoCo's resident bytes, key encoder included.** Your MoCo
+# is `task_moco(task.width, task.queue_size, task.dim)`, trained with Adam on the query encoder
+# only (as in the lesson), all in fp32. Predict its resident bytes after a step — what the
+# ledger's `resident_bytes` sums: parameters, gradients, optimizer state and the queue's cache
+# line. You may count the parameters of one encoder (`count_parameters`); the rest is the
+# ledger section above. The test trains one step and measures.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def my_enqueue(keys_buffer, ptr, new_keys):
-    # BEGIN SOLUTION
-    size, b = keys_buffer.shape[0], new_keys.shape[0]
-    rows = (torch.arange(b) + ptr) % size
-    keys_buffer[rows] = new_keys
-    return (ptr + b) % size
-    # END SOLUTION
+predicted_resident_bytes = 4 * count_parameters(task_moco(task.width, task.queue_size, task.dim).query_encoder) * (2 + 1 + 2) + task.queue_size * (4 * task.dim + 16) + 16  # SOLUTION
 
 # %% [raw]
 # # END SOLUTION
@@ -783,28 +838,14 @@ def my_enqueue(keys_buffer, ptr, new_keys):
 # # BEGIN TESTS
 
 # %%
-_buf, _ref = torch.zeros(5, 2), FeatureQueue(5, 2)
-_ = _ref.keys.zero_()
-_p = 0
-for _i in range(4):
-    _new = torch.full((2, 2), float(_i + 1))
-    _p = my_enqueue(_buf, _p, _new)
-    _ref.enqueue(_new)
-assert _p == int(_ref.ptr), "ptr advances by B modulo K"
-assert torch.equal(_buf, _ref.keys), "rows past the end wrap around to the start"
-
-# %%
-""" # BEGIN TEST CONFIG
-hidden: true
-""" # END TEST CONFIG
-_buf, _ref = torch.zeros(7, 3), FeatureQueue(7, 3)
-_ = _ref.keys.zero_()
-_p = 0
-for _i in range(6):
-    _new = torch.randn(3, 3)
-    _p = my_enqueue(_buf, _p, _new)
-    _ref.enqueue(_new)
-assert _p == int(_ref.ptr) and torch.allclose(_buf, _ref.keys)
+_moco = task_moco(task.width, task.queue_size, task.dim)
+_opt = torch.optim.Adam(_moco.query_encoder.parameters(), lr=1e-3)
+_step = make_step(_moco, _opt, augment=augment, generator=torch.Generator().manual_seed(0))
+_images = train.images[:8]
+_ = _step((_images, None))
+_rec = measure(lambda: _step((_images, None)), model=_moco, optimizer=_opt, caches=_moco.caches)
+check_close(predicted_resident_bytes, _rec.resident_bytes, rtol=0,
+            what=f"resident bytes of MoCo (width {task.width}, K={task.queue_size}, d={task.dim}) with Adam")
 
 # %% [raw]
 # # END TESTS
@@ -814,22 +855,25 @@ assert _p == int(_ref.ptr) and torch.allclose(_buf, _ref.keys)
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q2_momentum_update
-# points: 1
+# name: q2_batch_for_fresh_keys
+# points: 2
 
 # %% [markdown]
-# **Exercise 2 —** Implement the momentum update `my_momentum_update(query_encoder, key_encoder, m)`
-# in place, without building a graph.
+# **Exercise 2 — predict, then measure: pick B so that no key is older than a few steps.** You
+# want K = `task.queue_size` negatives per anchor, and no key in the queue older than
+# `task.max_age` steps. Write `smallest_batch(queue_size, max_age)`: the smallest batch B for
+# which the queue never holds a key older than `max_age` enqueue calls. Careful where B does not
+# divide K. The test feeds the kit's `FeatureQueue` batches of your B, and of B − 1, and
+# measures the oldest key's age.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-@torch.no_grad()
-def my_momentum_update(query_encoder, key_encoder, m):
+def smallest_batch(queue_size, max_age):
     # BEGIN SOLUTION
-    for p_q, p_k in zip(query_encoder.parameters(), key_encoder.parameters()):
-        p_k.mul_(m).add_(p_q, alpha=1 - m)
+    # a key lives ceil(K / B) enqueue calls; ceil(K / B) <= a  <=>  B >= K / a
+    return math.ceil(queue_size / max_age)
     # END SOLUTION
 
 # %% [raw]
@@ -839,20 +883,65 @@ def my_momentum_update(query_encoder, key_encoder, m):
 # # BEGIN TESTS
 
 # %%
-_q, _k = nn.Linear(3, 2), nn.Linear(3, 2)
-_old = [p.clone() for p in _k.parameters()]
-my_momentum_update(_q, _k, 0.9)
-assert all(torch.allclose(pk, 0.9 * o + 0.1 * pq) for pk, o, pq in zip(_k.parameters(), _old, _q.parameters())), \
-    "θ_k ← m·θ_k + (1 − m)·θ_q"
+_b = smallest_batch(task.queue_size, task.max_age)
+assert isinstance(_b, int) and 1 <= _b <= task.queue_size, \
+    f"the batch must be a whole number between 1 and K={task.queue_size}, got {_b!r}"
+assert measured_oldest_key_age(task.queue_size, _b) <= task.max_age, \
+    f"with B={_b} the queue holds keys older than {task.max_age} steps: B is too small"
+assert _b == 1 or measured_oldest_key_age(task.queue_size, _b - 1) > task.max_age, \
+    f"B={_b - 1} also keeps every key within {task.max_age} steps: B={_b} is not the smallest"
 
 # %%
-""" # BEGIN TEST CONFIG
-hidden: true
-""" # END TEST CONFIG
-_q, _k = nn.Linear(4, 4), nn.Linear(4, 4)
-my_momentum_update(_q, _k, 0.0)
-assert all(torch.equal(a, b) for a, b in zip(_q.parameters(), _k.parameters()))
-assert all(p.grad is None for p in _k.parameters())
+# HIDDEN
+_cases = [(_k, _a, smallest_batch(_k, _a)) for _k, _a in [(1000, 3), (10, 4), (64, 1), (12, 12), (4096, 5)]]
+for _k, _a, _batch in _cases:
+    assert measured_oldest_key_age(_k, _batch) <= _a and \
+        (_batch == 1 or measured_oldest_key_age(_k, _batch - 1) > _a), \
+        f"K={_k}, at most {_a} steps old: B={_batch} is not the smallest batch that keeps every key that young"
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q3_key_encoder_half_life
+# points: 1
+
+# %% [markdown]
+# **Exercise 3 — predict, then measure: how slowly does the key encoder follow?** Hold the query
+# encoder still and apply the momentum update θ_k ← m·θ_k + (1 − m)·θ_q again and again. Write
+# `updates_to_close_half(m)`: the number of updates after which the key encoder has closed at
+# least half of its gap to the query encoder (for your configuration, m = `task.momentum`). The
+# test calls the kit's `MoCo.momentum_update` until half the gap is closed and counts.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def updates_to_close_half(m):
+    # BEGIN SOLUTION
+    # after n updates the gap is m**n of what it was: the smallest n with m**n <= 1/2
+    return 1 if m == 0 else math.ceil(math.log(0.5) / math.log(m))
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+check_close(updates_to_close_half(task.momentum), measured_updates_to_close_half(task.momentum), rtol=0,
+            what=f"momentum updates to close half the gap at m={task.momentum}")
+
+# %%
+# HIDDEN
+for _m in (0.0, 0.3, 0.7, 0.95):
+    check_close(updates_to_close_half(_m), measured_updates_to_close_half(_m), rtol=0,
+                what=f"momentum updates to close half the gap at m={_m}")
 
 # %% [raw]
 # # END TESTS

@@ -626,48 +626,77 @@ print(f"not checked at {SCALE} scale: {', '.join(unchecked) or 'none'}")
 # %% [markdown]
 # ## Exercises
 #
-# The tests measure encoder FLOPs with this helper.
+# Two predictions, each checked against a live measurement of the kit's ViT: the ledger's
+# kept-for-backward bytes and PyTorch's FLOP counter. The configuration (mask ratio, batch,
+# width, patch size of a 32-pixel image) is yours, drawn from `STUDENT_ID` (with no ID it is the
+# lesson's own):
 
 # %%
+import math
+
 from torch.utils.flop_counter import FlopCounterMode
 
+from course_utils.exercises import check_close
+from course_utils.variants import exercise_variant
 
-def _measured_share(image_size, patch, dim, ratio):
-    v = ViT(image_size=image_size, patch_size=patch, dim=dim, depth=1, heads=4)
-    t = v.embed_patches(torch.rand(1, 3, image_size, image_size))
-    counts = []
-    for tok in (random_masking(t, ratio)[0], t):
-        with FlopCounterMode(display=False) as c:
-            v.encode_tokens(tok)
-        counts.append(c.get_total_flops())
-    return counts[0] / counts[1]
+task = exercise_variant("04_mae", STUDENT_ID, mask_ratio=(0.75, 0.9, 0.5, 0.6, 0.85), batch=(64, 16, 32, 48),
+                        dim=(64, 32, 48, 96), patch=(4, 2, 8), flop_share=(0.25, 0.1, 0.15, 0.2, 0.3))
+task
 
+# %% [markdown]
+# The tests measure with these helpers, on the kit's ViT at 32 pixels with 4 heads and MLP
+# ratio 2 (as in the lesson), on the CPU.
+
+# %%
+def measured_encoder_kept_bytes(depth, batch, dim, patch, mask_ratio):
+    """The ledger's kept-for-backward bytes of MAE's encoder forward alone (visible tokens only,
+    autograd recording) for `batch` random 32-pixel images; the masks come from a fixed seed."""
+    torch.manual_seed(0)
+    vit = ViT(image_size=32, patch_size=patch, dim=dim, depth=depth, heads=4)
+    mae = MAE(vit, mask_ratio=mask_ratio, decoder_dim=64, decoder_depth=1)
+    pictures = torch.rand(batch, 3, 32, 32)
+    return measure(lambda: mae.forward_encoder(pictures, torch.Generator().manual_seed(1)),
+                   model=mae).activation_bytes
+
+
+def measured_block_flops(length, dim, tokens):
+    """Forward FLOPs (PyTorch's FlopCounterMode) of one encoder block of width `dim` on the
+    first `tokens` of one image's `length` patch tokens."""
+    torch.manual_seed(0)
+    vit = ViT(image_size=32, patch_size=32 // math.isqrt(length), dim=dim, depth=1, heads=4)
+    with torch.no_grad():
+        t = vit.embed_patches(torch.rand(1, 3, 32, 32))[:, :tokens]
+        with FlopCounterMode(display=False) as counter:
+            vit.blocks[0](t)
+    return counter.get_total_flops()
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q1_random_masking
+# name: q1_block_kept_bytes
 # points: 2
 
 # %% [markdown]
-# **Exercise 1 —** Implement MAE random masking: `my_random_masking(tokens, mask_ratio, noise)`
-# gets tokens B×L×D and uniform noise B×L and returns `(visible, mask, ids_restore)` with the same
-# semantics as `course_utils.objectives.mae.random_masking` (keep the tokens with the smallest
-# noise; mask 1 = removed, in the original order).
+# **Exercise 1 — predict, then measure: what one encoder block keeps for backward at your mask
+# ratio.** Write `encoder_block_kept_bytes(batch, length, dim, mask_ratio, heads=4)`: the bytes
+# that *one more* block of MAE's encoder (MLP ratio 2, fp32) keeps for backward when `batch`
+# images of `length` patches are masked at `mask_ratio`. Go through a block op by op: a matmul
+# keeps its input, softmax its output, GELU its input, a LayerNorm its input plus a mean and a
+# reciprocal standard deviation per token; and count how many tokens reach the block. The test
+# measures the encoder with two blocks and with one (same masks) and takes the difference, for
+# `task.batch` images of `(32 // task.patch) ** 2` patches at width `task.dim` and mask ratio
+# `task.mask_ratio`.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def my_random_masking(tokens, mask_ratio, noise):
+def encoder_block_kept_bytes(batch, length, dim, mask_ratio, heads=4):
     # BEGIN SOLUTION
-    b, length, d = tokens.shape
-    keep = int(length * (1 - mask_ratio))
-    ids_shuffle = noise.argsort(dim=1)
-    ids_restore = ids_shuffle.argsort(dim=1)
-    visible = torch.gather(tokens, 1, ids_shuffle[:, :keep].unsqueeze(-1).expand(-1, -1, d))
-    mask = torch.ones(b, length)
-    mask[:, :keep] = 0
-    return visible, torch.gather(mask, 1, ids_restore), ids_restore
+    n = int(length * (1 - mask_ratio))          # only the visible tokens reach the blocks
+    tokens = batch * n
+    # per token, in floats: LN1 in, qkv in, q, k, v, proj in, LN2 in, fc1 in = 8·D; GELU in and
+    # fc2 in = 2·2D; LN mean and rstd = 2 per LayerNorm; per head the n×n softmax output
+    return 4 * (12 * tokens * dim + heads * batch * n * n + 4 * tokens)
     # END SOLUTION
 
 # %% [raw]
@@ -677,20 +706,20 @@ def my_random_masking(tokens, mask_ratio, noise):
 # # BEGIN TESTS
 
 # %%
-_t = torch.randn(2, 12, 3)
-_mine = my_random_masking(_t, 0.75, torch.rand(2, 12, generator=torch.Generator().manual_seed(0)))
-_ref = random_masking(_t, 0.75, torch.Generator().manual_seed(0))
-assert _mine[0].shape == (2, 3, 3), "visible must be B × int(L·(1−r)) × D"
-assert torch.equal(_mine[1], _ref[1]), "mask: 1 for removed tokens, in the original token order"
+_length = (32 // task.patch) ** 2
+_one_block = (measured_encoder_kept_bytes(2, task.batch, task.dim, task.patch, task.mask_ratio)
+              - measured_encoder_kept_bytes(1, task.batch, task.dim, task.patch, task.mask_ratio))
+check_close(encoder_block_kept_bytes(task.batch, _length, task.dim, task.mask_ratio), _one_block, rtol=0,
+            what=f"bytes one encoder block keeps for backward ({task.batch} images of {_length} patches, "
+                 f"width {task.dim}, mask ratio {task.mask_ratio})")
 
 # %%
-""" # BEGIN TEST CONFIG
-hidden: true
-""" # END TEST CONFIG
-_t = torch.randn(3, 20, 4)
-_mine = my_random_masking(_t, 0.6, torch.rand(3, 20, generator=torch.Generator().manual_seed(1)))
-_ref = random_masking(_t, 0.6, torch.Generator().manual_seed(1))
-assert all(torch.equal(a, b) for a, b in zip(_mine, _ref))
+# HIDDEN
+for _batch, _patch, _dim, _ratio in [(8, 4, 64, 0.9), (4, 8, 32, 0.75), (2, 2, 32, 0.3)]:
+    check_close(encoder_block_kept_bytes(_batch, (32 // _patch) ** 2, _dim, _ratio),
+                measured_encoder_kept_bytes(2, _batch, _dim, _patch, _ratio)
+                - measured_encoder_kept_bytes(1, _batch, _dim, _patch, _ratio), rtol=0,
+                what=f"bytes one block keeps ({_batch} images, patch {_patch}, width {_dim}, ratio {_ratio})")
 
 # %% [raw]
 # # END TESTS
@@ -700,23 +729,26 @@ assert all(torch.equal(a, b) for a, b in zip(_mine, _ref))
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q2_encoder_flop_share
-# points: 1
+# name: q2_visible_tokens_for_flop_share
+# points: 2
 
 # %% [markdown]
-# **Exercise 2 —** Predict the encoder blocks' FLOP share `visible / full` for L tokens of width D,
-# MLP ratio 2 and mask ratio r (use the per-block costs from the evidence section; keep
-# int(L·(1−r)) tokens). The test compares with `FlopCounterMode` on the kit's ViT.
+# **Exercise 2 — predict, then measure: how many tokens may the encoder see?** The lesson went
+# from a mask ratio to a FLOP share. Go the other way: write `max_visible_tokens(length, dim,
+# share)`, the largest number of visible tokens n for which one encoder block's forward FLOPs
+# are at most `share` of its FLOPs on all `length` tokens (width `dim`, MLP ratio 2). Mind that
+# attention does not scale like the linear layers. The test counts a block's FLOPs on n and on
+# n + 1 tokens with `FlopCounterMode`, for `(32 // task.patch) ** 2` tokens, width `task.dim`
+# and share `task.flop_share`.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def encoder_flop_share(length, dim, mask_ratio):
+def max_visible_tokens(length, dim, share):
     # BEGIN SOLUTION
-    kept_tokens = int(length * (1 - mask_ratio))
-    cost = lambda n: 2 * n * dim * dim * 8 + 4 * n * n * dim
-    return cost(kept_tokens) / cost(length)
+    cost = lambda n: 2 * n * dim * dim * 8 + 4 * n * n * dim    # linear layers ∝ n, attention ∝ n²
+    return max(n for n in range(length + 1) if cost(n) <= share * cost(length))
     # END SOLUTION
 
 # %% [raw]
@@ -726,14 +758,23 @@ def encoder_flop_share(length, dim, mask_ratio):
 # # BEGIN TESTS
 
 # %%
-assert abs(encoder_flop_share(16, 32, 0.75) - _measured_share(16, 4, 32, 0.75)) < 1e-9, \
-    "linear layers scale with the tokens, the two attention matmuls with tokens squared"
+_length = (32 // task.patch) ** 2
+_n = max_visible_tokens(_length, task.dim, task.flop_share)
+_budget = task.flop_share * measured_block_flops(_length, task.dim, _length)
+assert isinstance(_n, int) and 1 <= _n <= _length, f"a number of tokens between 1 and {_length}, got {_n!r}"
+assert measured_block_flops(_length, task.dim, _n) <= _budget, \
+    f"{_n} visible tokens cost more than {task.flop_share} of the full block: too many"
+assert _n == _length or measured_block_flops(_length, task.dim, _n + 1) > _budget, \
+    f"{_n + 1} visible tokens still cost at most {task.flop_share} of the full block: {_n} is not the largest"
 
 # %%
-""" # BEGIN TEST CONFIG
-hidden: true
-""" # END TEST CONFIG
-assert abs(encoder_flop_share(64, 64, 0.5) - _measured_share(32, 4, 64, 0.5)) < 1e-9
+# HIDDEN
+_cases = [(_l, _d, _s, max_visible_tokens(_l, _d, _s)) for _l, _d, _s in [(64, 32, 0.05), (256, 32, 0.5), (16, 96, 1.0)]]
+for _l, _d, _s, _most in _cases:
+    _limit = _s * measured_block_flops(_l, _d, _l)
+    assert measured_block_flops(_l, _d, _most) <= _limit and \
+        (_most == _l or measured_block_flops(_l, _d, _most + 1) > _limit), \
+        f"{_l} tokens, width {_d}, share {_s}: {_most} is not the largest number of tokens within the share"
 
 # %% [raw]
 # # END TESTS

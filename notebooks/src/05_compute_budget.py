@@ -689,62 +689,40 @@ if cfg.alloc_check:
 # %% [markdown]
 # ## Exercises
 #
-# The tests measure FLOPs with this helper.
+# Two predictions about the allocation experiment's students, `MLP(d, h, c, layers=2)`, each
+# checked against the ledger's FLOP counter on a live training step. The configuration (input
+# width, hidden width, classes, batch, budget) is yours, drawn from `STUDENT_ID` (with no ID it is
+# the allocation experiment's own: a 64-wide student at its default batch and middle budget):
+
+# %%
+from course_utils.exercises import check_close
+from course_utils.variants import exercise_variant
+
+task = exercise_variant("05_compute_budget", STUDENT_ID, d=(16, 64, 256), h=(64, 16, 256, 1024), c=(4, 10, 16),
+                        batch=(256, 32, 64, 128), budget_flops=(1.4e9, 3.5e8, 5.6e9))
+task
+
+# %% [markdown]
+# The tests measure FLOPs with this helper: one training step (forward, loss, backward) of the
+# student, counted by the ledger.
 
 # %%
 def _measured(batch, d, h, c):
+    torch.manual_seed(0)
     net = MLP(d, h, c, layers=2)
     xx, yy = torch.rand(batch, d), torch.randint(0, c, (batch,))
     return measure(lambda: F.cross_entropy(net(xx), yy).backward(), model=net).flops
 
 # %% [raw]
 # # BEGIN QUESTION
-# name: q1_steps_for_budget
-# points: 1
-
-# %% [markdown]
-# **Exercise 1 —** With C ≈ 6·N·D, how many steps of batch B (one token per sample) does a budget
-# of C FLOPs buy for a model with N parameters? Return an int (round down).
-
-# %% [raw]
-# # BEGIN SOLUTION
-
-# %%
-def steps_for_budget(c_flops, n_params, batch):
-    # BEGIN SOLUTION
-    return int(c_flops // (6 * n_params * batch))
-    # END SOLUTION
-
-# %% [raw]
-# # END SOLUTION
-
-# %% [raw]
-# # BEGIN TESTS
-
-# %%
-assert steps_for_budget(6e9, 1e6, 100) == 10, "C / (6·N·B)"
-
-# %%
-""" # BEGIN TEST CONFIG
-hidden: true
-""" # END TEST CONFIG
-assert steps_for_budget(1e12, 3e5, 64) == int(1e12 // (6 * 3e5 * 64))
-assert steps_for_budget(10, 1e6, 1) == 0
-
-# %% [raw]
-# # END TESTS
-
-# %% [raw]
-# # END QUESTION
-
-# %% [raw]
-# # BEGIN QUESTION
-# name: q2_mlp_training_flops
+# name: q1_mlp_training_flops
 # points: 2
 
 # %% [markdown]
-# **Exercise 2 —** Exact training-step FLOPs (forward + backward, matmuls only) of
-# `MLP(d, h, c, layers=2)` at batch B. Why is it less than 6·N·B? The test measures it.
+# **Exercise 1 — predict, then measure: a student's exact step FLOPs.** Write
+# `mlp_step_flops(batch, d, h, c)`: the training-step FLOPs (forward + backward, matmuls only) of
+# `MLP(d, h, c, layers=2)` at batch B, from the layer-by-layer count above. Why is it less than
+# 6·N·B? The test measures one step for `task.batch`, `task.d`, `task.h`, `task.c`.
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -764,14 +742,14 @@ def mlp_step_flops(batch, d, h, c):
 # # BEGIN TESTS
 
 # %%
-assert mlp_step_flops(4, 10, 8, 3) == _measured(4, 10, 8, 3), \
-    "forward 2 FLOPs per weight per sample; backward 4 for the second layer, 2 for the first"
+check_close(mlp_step_flops(task.batch, task.d, task.h, task.c), _measured(task.batch, task.d, task.h, task.c),
+            rtol=0, what=f"training-step FLOPs of MLP({task.d}, {task.h}, {task.c}) at batch {task.batch}")
 
 # %%
-""" # BEGIN TEST CONFIG
-hidden: true
-""" # END TEST CONFIG
-assert mlp_step_flops(16, 64, 32, 10) == _measured(16, 64, 32, 10)
+# HIDDEN
+for _b, _d, _h, _c in [(1, 1, 1, 1), (16, 64, 32, 10), (3, 5, 7, 2)]:
+    check_close(mlp_step_flops(_b, _d, _h, _c), _measured(_b, _d, _h, _c), rtol=0,
+                what=f"training-step FLOPs of MLP({_d}, {_h}, {_c}) at batch {_b}")
 
 # %% [raw]
 # # END TESTS
@@ -779,6 +757,44 @@ assert mlp_step_flops(16, 64, 32, 10) == _measured(16, 64, 32, 10)
 # %% [raw]
 # # END QUESTION
 
+# %% [raw]
+# # BEGIN QUESTION
+# name: q2_steps_missed_by_6nd
+# points: 2
+
+# %% [markdown]
+# **Exercise 2 — predict, then measure: what 6·N·D gets wrong about a budget.** Your student
+# `MLP(task.d, task.h, task.c, layers=2)` trains at batch `task.batch` on a budget of
+# `task.budget_flops` FLOPs, one fresh example per sample, as in the allocation experiment
+# (steps = budget // FLOPs of one step, rounded down). How many more steps does it get with the
+# exact step FLOPs than a plan that counts 6·N·B per step (N = all parameters)? Set
+# `extra_steps` (negative if the plan gives more). The test counts N and measures a step.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+extra_steps = int(task.budget_flops // mlp_step_flops(task.batch, task.d, task.h, task.c)) - int(task.budget_flops // (6 * (task.d * task.h + task.h + task.h * task.c + task.c) * task.batch))  # SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+_n_params = count_parameters(MLP(task.d, task.h, task.c, layers=2))
+_expected = int(task.budget_flops // _measured(task.batch, task.d, task.h, task.c)) - \
+    int(task.budget_flops // (6 * _n_params * task.batch))
+check_close(extra_steps, _expected, rtol=0,
+            what=f"steps gained over a 6·N·B plan by MLP({task.d}, {task.h}, {task.c}) at batch {task.batch}, "
+                 f"budget {task.budget_flops:.2g} FLOPs")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
 
 # %% [markdown]
 # ## Summary

@@ -18,6 +18,7 @@ trains the kit's ViT, so its random-init floor is that ViT's.
 from __future__ import annotations
 
 import itertools
+import os
 
 import torch
 
@@ -105,7 +106,12 @@ def run(quick: bool = False, seconds: float | None = None) -> dict:
     summary["goal_met_everywhere"] = not shortfalls
     return {"config": dict(image_size=IMAGE_SIZE, batch=BATCH, train_core_seconds=seconds,
                            goal_gain_points=GOAL_POINTS, objectives=list(OBJECTIVES),
-                           budget="CPU time / threads, i.e. wall-clock on an idle machine"),
+                           budget="CPU time / threads, i.e. wall-clock on an idle machine",
+                           # one thread is the conservative run on a shared machine: its CPU time
+                           # is not inflated by spinning threads, and 180 s of one core is less
+                           # training than 180 s of two
+                           torch_threads=torch.get_num_threads(),
+                           load_average_at_end=os.getloadavg()),
             "datasets": results, "shortfalls": shortfalls, "summary": summary}
 
 

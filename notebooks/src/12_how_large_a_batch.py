@@ -292,11 +292,12 @@ if SCALE != "ci":  # at ci the run is too short for the loss to fall far
 # it. |G|² and tr Σ are then unbiased, for the grouped objective (whose gradient is not that of
 # the plain batch-B loss), with tr Σ counted per image of such groups, so B_simple is in images
 # *for this group size*. Their ratio is not unbiased: where |G|² is small against the noise
-# tr Σ/B_big the ratio scatters widely, as the bars of single updates show. The backbone and recipe are lesson 02's
-# (SmallResNet on the embedded shapes at 16×16, SimCLRAugment, Adam, T = 0.2); the width and the
-# run are smaller than there (both printed below).
-# The per-group loss includes its own BatchNorm statistics; there are no per-example gradients
-# to check against here, so the estimate stands alone.
+# tr Σ/B_big the ratio scatters widely, as the bars of single updates show. (Training's groups
+# within one batch are disjoint, drawn without replacement; the probes' are independent: a
+# difference of the order of the batch's share of the N printed below.) There are no per-example
+# gradients to check against here, so the estimate stands alone. The backbone and recipe are
+# lesson 02's (SmallResNet on the embedded shapes at 16×16, SimCLRAugment, Adam, T = 0.2); the
+# width and the run are smaller than there (both printed below).
 
 # %%
 simclr_train = load_dataset("shapes", "train", image_size=16, device=device, limit=cfg.simclr_limit)
@@ -631,7 +632,7 @@ goyal_lr = best_lr[0] * goyal_batch / B[0]
 goyal_warmup_steps = max(1, round(cfg.goyal_warmup_epochs * len(train) / goyal_batch))
 print(f"B = {goyal_batch} (= {goyal_batch / B[0]:g}× the smallest batch, {goyal_batch / b_crit:.2f}× B_crit), "
       f"linear LR {goyal_lr:.3g} (= {best_lr[0]} × {goyal_batch}/{int(B[0])}); warm-up over "
-      f"{cfg.goyal_warmup_epochs} epochs = {goyal_warmup_steps * goyal_batch} examples = {goyal_warmup_steps} steps; "
+      f"{cfg.goyal_warmup_epochs} epochs ≈ {goyal_warmup_steps} steps = {goyal_warmup_steps * goyal_batch} examples; "
       f"{cfg.goyal_steps} steps; seeds {', '.join(map(str, cfg.goyal_seeds))}")
 goyal_arms = {"no warm-up": 1, f"warm-up {goyal_warmup_steps} steps": goyal_warmup_steps}
 goyal_curves = {name: [run_for(goyal_batch, goyal_lr, warm, cfg.goyal_steps, seed=seed) for seed in cfg.goyal_seeds]

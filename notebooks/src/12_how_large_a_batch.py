@@ -143,7 +143,8 @@ def trainer(batch, lr, warmup, seed=cfg.seed):
 # **Measuring it.** Measure |G_B|² at two sizes, B_small and B_big, and solve the two equations
 # for the two unknowns (the paper's unbiased estimator):
 # |G|² ≈ (B_big|G_big|² − B_small|G_small|²)/(B_big − B_small) and
-# tr Σ ≈ (|G_small|² − |G_big|²)/(1/B_small − 1/B_big). Data parallel gives both for free: each
+# tr Σ ≈ (|G_small|² − |G_big|²)/(1/B_small − 1/B_big). Each of the two is unbiased; their ratio
+# B_simple is not, and scatters widely where |G|² is small against tr Σ/B_big. Data parallel gives both for free: each
 # rank's gradient is a small batch and the all-reduced one the big batch.
 # `bs.estimate_noise_scale` does exactly that with micro-batches of B_small inside batches of
 # B_big. The digits are small enough to check it against the exact answer from all N
@@ -209,27 +210,32 @@ plt.show()
 # ## 4 · The evidence
 #
 # **Claim 1.** The two-batch-size estimator measures the noise scale: at every probe it agrees
-# with the exact per-example answer within a factor `estimate_factor` set below, and their
-# median ratio is within a factor 1.5 of 1. (Both are random at a point: the estimator draws its batches; the
+# with the exact per-example answer within a factor `estimate_factor`, and their median ratio is
+# within a factor `median_factor` of 1 (both set and printed below). (Both are random at a point: the estimator draws its batches; the
 # exact value is exact only for the current wobbling iterate.)
 
 # %%
 estimate_ratios = np.array([t["b_simple_estimate"] / t["b_simple_exact"] for t in trajectory])
-estimate_factor = 2.0
+estimate_factor, median_factor = 2.0, 1.5  # choices: a point may be off by the estimator's draw, the median less
 print(f"estimate / exact B_simple at the {len(trajectory)} probes: "
-      f"{', '.join(f'{r:.2f}' for r in estimate_ratios)} (median {np.median(estimate_ratios):.2f})")
+      f"{', '.join(f'{r:.2f}' for r in estimate_ratios)} (median {np.median(estimate_ratios):.2f}); "
+      f"allowed: each within ×{estimate_factor:g}, the median within ×{median_factor:g}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 assert np.all(estimate_ratios > 0), "the estimate must be a positive noise scale at every probe"
 assert np.all(np.abs(np.log(estimate_ratios)) < math.log(estimate_factor))
-assert abs(math.log(np.median(estimate_ratios))) < math.log(1.5)
+assert abs(math.log(np.median(estimate_ratios))) < math.log(median_factor)
 
 # %% [markdown]
 # **Claim 2.** After a first drop from its value at initialisation, the noise scale grows as the
 # loss falls: the gradient signal |G|² shrinks faster than the per-example spread tr Σ, so a
-# larger batch is needed to see it. We compare the last probe with the smallest value (which
-# must come after step 0) and with the value at initialisation, and check the mechanism: from
+# larger batch is needed to see it. The thresholds are choices, set and printed below. From the
+# lowest probe (which must come after step 0) on, B_simple must fall in rank as the loss rises
+# across the probes (Spearman's rank correlation below `rank_limit`: the loss of momentum SGD is
+# not monotone in the step, so this is B_simple against the loss, not against time); the last
+# probe's value must exceed the lowest by more than `growth_required` while the loss falls more
+# than `loss_fall_required`-fold, and exceed the value at initialisation; and the mechanism: from
 # the lowest probe to the last, |G|² must fall by a larger factor than tr Σ.
 
 # %%
@@ -244,12 +250,26 @@ print(f"B_simple {trajectory[0]['b_simple_exact']:.0f} at initialisation, lowest
       f"{late_b_simple:.0f} at step {late['step']} (loss {late['loss']:.3f}): × {growth:.1f} "
       f"from the lowest")
 print(f"from the lowest probe to the last: |G|² fell ×{grad_sq_fall:.1f}, tr Σ fell ×{trace_cov_fall:.1f}")
+after_low = trajectory[trajectory.index(low):]
+
+
+def ranks(values):
+    return np.argsort(np.argsort(values)).astype(float)
+
+
+# Spearman's ρ: the correlation of ranks (no ties among these real-valued losses)
+rank_corr = (float(np.corrcoef(ranks([t["loss"] for t in after_low]), ranks([t["b_simple_exact"] for t in after_low]))[0, 1])
+             if len(after_low) >= 3 else float("nan"))  # ci's short run may leave too few probes
+rank_limit, growth_required, loss_fall_required = -0.5, 4, 10
+print(f"rank correlation of loss and B_simple over the {len(after_low)} probes from the lowest on: ρ = {rank_corr:.2f} "
+      f"(required < {rank_limit}); growth required > ×{growth_required}, loss fall > ×{loss_fall_required}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 if SCALE != "ci":  # at ci the run is too short for the loss to fall far
-    assert late["loss"] < low["loss"] / 10 and late["step"] > low["step"]
-    assert growth > 4, "the noise scale must grow as the loss falls"
+    assert late["loss"] < low["loss"] / loss_fall_required and late["step"] > low["step"]
+    assert rank_corr < rank_limit, "B_simple must rise as the loss falls across the probes"
+    assert growth > growth_required, "the noise scale must grow as the loss falls"
     assert late_b_simple > trajectory[0]["b_simple_exact"], "... past its value at initialisation"
     assert low["step"] > 0, "the noise scale must first drop below its value at initialisation"
     assert grad_sq_fall > trace_cov_fall, "the growth must come from |G|² falling faster than tr Σ"
@@ -266,11 +286,18 @@ if SCALE != "ci":  # at ci the run is too short for the loss to fall far
 # `accumulation=` splits a batch into micro-batches with their own candidates), and the probes
 # use the same group as their small batch and several independent groups as their big batch.
 # Then only the number of groups, i.e. the gradient noise, differs between the two sizes, and the
-# estimator is unbiased with the group as its unit. The backbone and recipe are lesson 02's
-# (SmallResNet on the embedded shapes at 16×16, SimCLRAugment, Adam, T = 0.2); the width and the
-# run are smaller than there (both printed below).
-# The per-group loss includes its own BatchNorm statistics; there are no per-example gradients
-# to check against here, so the estimate stands alone.
+# group is the independent unit the estimator needs: groups are drawn independently of each other
+# (so two may share an image, as with-replacement draws do), the images within one are distinct,
+# and the group's loss — its candidates and its BatchNorm statistics — depends on nothing outside
+# it. |G|² and tr Σ are then unbiased, for the grouped objective (whose gradient is not that of
+# the plain batch-B loss), with tr Σ counted per image of such groups, so B_simple is in images
+# *for this group size*. Their ratio is not unbiased: where |G|² is small against the noise
+# tr Σ/B_big the ratio scatters widely, as the bars of single updates show. (Training's groups
+# within one batch are disjoint, drawn without replacement; the probes' are independent: a
+# difference of the order of the batch's share of the N printed below.) There are no per-example
+# gradients to check against here, so the estimate stands alone. The backbone and recipe are
+# lesson 02's (SmallResNet on the embedded shapes at 16×16, SimCLRAugment, Adam, T = 0.2); the
+# width and the run are smaller than there (both printed below).
 
 # %%
 simclr_train = load_dataset("shapes", "train", image_size=16, device=device, limit=cfg.simclr_limit)
@@ -334,14 +361,18 @@ plt.show()
 # %% [markdown]
 # What this run shows, asserted below. (1) The estimator gives a valid answer at every probe
 # (|G|² > 0 and tr Σ > 0 from the window averages). (2) SimCLR at this batch is noise-dominated
-# throughout: B_simple exceeds the training batch at every probe. By the paper's model (a
-# prediction, not measured here) doubling the groups per step would then still cut the steps by
-# the factor printed below, (1 + B_simple/B)/(1 + B_simple/2B) at the smallest B_simple.
+# throughout: B_simple (the ratio of the window's averages, a point estimate) exceeds the training
+# batch at every probe. (2′) A *prediction*, not measured and not asserted: if the paper's model
+# holds with B_crit ≈ B_simple, doubling the groups per step would cut the steps by the factor
+# printed below, (1 + B_simple/B)/(1 + B_simple/2B) at the smallest B_simple of the run. Both
+# premises are untested here: B_crit ≈ B_simple was checked only on the MLP with SGD (claim 3),
+# and this run uses Adam, whose preconditioning the paper's simple noise scale ignores; the
+# smallest B_simple of a short run says nothing about later in training.
 # (3) No clear growth as the loss falls, unlike the MLP above: the last probe's value lies within the range of the
 # single-update estimates at initialisation, so this short run cannot tell a trend from the
 # estimator's noise. The loss here falls only from its initial value to the last one printed
 # (chance for a group is log(2·group − 1), printed below): an early stage of training, whereas
-# the MLP's noise scale grew while its loss fell more than tenfold (claim 2).
+# the MLP's noise scale grew while its loss fell by more than the factor asserted in claim 2.
 
 # %%
 simclr_first, simclr_last = simclr_trajectory[0], simclr_trajectory[-1]
@@ -351,7 +382,8 @@ print(f"SimCLR loss {simclr_first['loss']:.2f} → {simclr_last['loss']:.2f} (ch
       f"{simclr_first['b_simple_high']:.0f}), {simclr_last['b_simple']:.0f} at step {simclr_last['step']}; smallest "
       f"{simclr_min_b_simple:.0f} vs training batch {train_batch}")
 simclr_doubling = (1 + simclr_min_b_simple / train_batch) / (1 + simclr_min_b_simple / (2 * train_batch))
-print(f"the paper's model at the smallest B_simple: doubling the batch to {2 * train_batch} cuts the steps "
+print(f"prediction (the paper's model with B_crit = the smallest B_simple; not measured): doubling to "
+      f"{2 * cfg.simclr_train_groups} groups of {group} ({2 * train_batch} images) would cut the steps "
       f"×{simclr_doubling:.2f} (×2 is perfect, ×1 nothing)")
 
 # %%
@@ -477,8 +509,8 @@ assert s_min > 0 and e_min > 0
 # each example moves the weights by the same amount whatever the batch, so the LR should grow
 # in proportion to B. What we assert is weaker: up to B_crit the best LR grows by at least a
 # quarter of the factor by which B grows, and at the largest batch it is below a quarter of what
-# the linear rule gives — past B_crit it saturates at the largest step the loss surface
-# tolerates. We also assert that every best LR lies strictly inside the grid, so none of them
+# the linear rule gives — past B_crit it stops following the rule (on this grid it may even fall
+# back), capped by the largest step the loss surface tolerates. We also assert that every best LR lies strictly inside the grid, so none of them
 # is merely the grid's edge.
 
 # %%
@@ -554,15 +586,18 @@ plot_loss_curves({name: [curve] for name, curve in arms.items()},
                  f"B = {warm_batch}, linear LR {warm_lr:.3g}, grid LR {tuned_lr}")
 final = {name: float(c[-1]) for name, c in arms.items()}
 show_table([{"arm": k, "final loss": v, "lowest loss": float(np.nanmin(arms[k]))} for k, v in final.items()])
+rescue_factor = 2  # a choice: "rescued" would mean ending within this factor of the reference
+print(f"a linear-LR arm counts as rescued if its final loss is below ×{rescue_factor} the reference's "
+      f"{final['best grid LR (reference)']:.3g}")
 
 # %% [markdown]
 # On this task warm-up does **not** rescue the linearly scaled LR: the failure is not an early
 # transient but an LR beyond what the loss surface tolerates for the whole run, so after the
 # warm-up it fails the same way. Only a smaller LR — the saturation seen in claim 4 — works. The
-# assert states that: both linear-LR arms end well above the reference. Note the regime: the
-# test batch is past B_crit, where the linear rule already fails (claim 4), so "warm-up does not
-# rescue" is a statement about that regime only; claim 5b tests warm-up below B_crit, where the
-# linear rule holds.
+# assert states that: both linear-LR arms end more than `rescue_factor` times the reference's
+# final loss (printed above). Note the regime: the test batch is past B_crit, where the linear
+# rule already fails (claim 4), so "warm-up does not rescue" is a statement about that regime
+# only; claim 5b tests warm-up below B_crit, where the best LR still grows with the batch.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -570,21 +605,26 @@ if SCALE != "ci":
     reference = final["best grid LR (reference)"]
     for name, value in final.items():
         if name != "best grid LR (reference)":
-            assert not value < 2 * reference, f"{name}: warm-up rescued the linear LR after all"
+            assert not value < rescue_factor * reference, f"{name}: warm-up rescued the linear LR after all"
 
 # %% [markdown]
-# **Claim 5b — warm-up where Goyal's rule applies.** Goyal et al. use warm-up with the linear
-# rule *in its regime*: a batch many times their base batch but not past the critical batch, the
-# LR scaled up from the small-batch LR. Here: the batch printed below (at most B_crit, and at least
-# 8× the sweep's smallest batch), the LR the linear rule gives from the smallest batch's
-# best LR, and two arms that differ only in warm-up — none, or a linear ramp over a fixed number
+# **Claim 5b — warm-up below B_crit.** Goyal et al. use warm-up with the linear rule *in its
+# regime*: a batch many times their base batch but not past the critical batch, the LR scaled up
+# from the small-batch LR. Here: the batch printed below (at most B_crit, and at least 8× the
+# sweep's smallest batch), the LR the linear rule gives from the smallest batch's best LR (near
+# B_crit it may already exceed the sweep's best LR at this batch: both are printed, and the rule
+# holds here only in the weak sense of claim 4), and two arms that differ only in warm-up — none, or a linear ramp over a fixed number
 # of **examples** (so it would be the same share of data at any batch; at this batch it is the
 # number of steps printed). Same initial weights, data order, optimizer and number of steps in
 # both arms; repeated over several seeds (each seed changes the initial weights and the data
 # order of both arms together), so the arms' difference can be set against the seed-to-seed
 # spread at the same configuration (the paired difference and its standard error). The figure of
 # merit is the mean training loss over the last quarter of the run (the last loss alone wobbles
-# with momentum SGD at a large LR).
+# with momentum SGD at a large LR). What can be asserted about warm-up's effect is a null
+# result, and a null result is weak: the assert `|paired difference| < 2 SE` fails only if the
+# seeds agree on an effect, and passes more easily the fewer and noisier the seeds. So we print
+# the interval difference ± 2 SE (with n − 1 degrees of freedom for n seeds this is *less* than a
+# 95% interval) and claim no more than it allows.
 
 # %%
 goyal_batch = cfg.goyal_batch
@@ -592,7 +632,7 @@ goyal_lr = best_lr[0] * goyal_batch / B[0]
 goyal_warmup_steps = max(1, round(cfg.goyal_warmup_epochs * len(train) / goyal_batch))
 print(f"B = {goyal_batch} (= {goyal_batch / B[0]:g}× the smallest batch, {goyal_batch / b_crit:.2f}× B_crit), "
       f"linear LR {goyal_lr:.3g} (= {best_lr[0]} × {goyal_batch}/{int(B[0])}); warm-up over "
-      f"{cfg.goyal_warmup_epochs} epochs = {goyal_warmup_steps * goyal_batch} examples = {goyal_warmup_steps} steps; "
+      f"{cfg.goyal_warmup_epochs} epochs ≈ {goyal_warmup_steps} steps = {goyal_warmup_steps * goyal_batch} examples; "
       f"{cfg.goyal_steps} steps; seeds {', '.join(map(str, cfg.goyal_seeds))}")
 goyal_arms = {"no warm-up": 1, f"warm-up {goyal_warmup_steps} steps": goyal_warmup_steps}
 goyal_curves = {name: [run_for(goyal_batch, goyal_lr, warm, cfg.goyal_steps, seed=seed) for seed in cfg.goyal_seeds]
@@ -619,31 +659,46 @@ goyal_rebounds = [np.nanmax(curve[reached:]) > cfg.target for name, curves in go
 print(f"runs whose loss rises above the target again after reaching it: {sum(goyal_rebounds)} of {len(goyal_rebounds)}")
 goyal_tuned_lr = next((r["lr"] for r in sweep if r["batch"] == goyal_batch), None)
 print(f"the sweep's best LR at B = {goyal_batch}: {goyal_tuned_lr} (the linear rule gives {goyal_lr:.3g})")
+goyal_interval = (goyal_diff.mean() - goyal_tolerance, goyal_diff.mean() + goyal_tolerance)
+print(f"warm-up minus none, ± 2 SE: [{goyal_interval[0]:+.3f}, {goyal_interval[1]:+.3f}], i.e. from "
+      f"{goyal_interval[0] / no_warm.mean():+.0%} to {goyal_interval[1] / no_warm.mean():+.0%} of the no-warm-up "
+      f"late loss; warm-up ended lower in {int((goyal_diff < 0).sum())} of {len(goyal_diff)} seeds")
+# is a rebound special to the linear LR? the probe run of section 3, at its own LR, seen at its probes only
+probe_below = [t["loss"] <= cfg.target for t in trajectory]
+probe_rebounds = any(not below for below in probe_below[probe_below.index(True):]) if any(probe_below) else None
+probe_tuned_lr = next((r["lr"] for r in sweep if r["batch"] == cfg.probe_batch), None)
+print(f"the probe run (B = {cfg.probe_batch}, LR {cfg.probe_lr}; the sweep's best LR there: {probe_tuned_lr}) "
+      f"rose above the target again at a later probe: {probe_rebounds}")
 
 # %% [markdown]
-# What the run shows (the asserts below): at this batch the linearly scaled LR trains **without**
-# warm-up — every no-warm-up seed reaches the target loss within the run (their steps to it are in
-# the table) — and the paired difference warm-up makes to the end of the run is less than twice its
-# standard error over the seeds: not distinguishable from seed-to-seed variation at this number of
-# seeds (a real effect smaller than that could hide in it; the sign of the printed difference says
-# which way this run leans). In both arms every run rises above the target again after reaching
-# it: the linear rule's LR is larger than the sweep's best LR at this batch (both printed above),
-# already below B_crit — a step too large for the end of training, which is where the runs
-# wobble, not an early instability that a warm-up would cure. So on this task, in the regime
-# where the linear rule holds, the linearly scaled LR needs no warm-up to train; and past B_crit
-# (claim 5) the failure comes from an LR too large for the whole run, which a warm-up does not cure. That is the measurement, not a
-# rule: Goyal et al. found warm-up necessary for ResNet-50 with BatchNorm at 8k images a batch and
-# an LR 32× the base; our small MLP on 8×8 digits, at the multiple of its smallest batch printed
-# above, did not need it.
+# What the run shows (the asserts below). (1) At this batch the linearly scaled LR trains
+# **without** warm-up: every no-warm-up seed reaches the target loss within the run (their steps
+# to it are in the table). (2) Warm-up's effect on the end of the run is **not resolved**: the
+# paired difference is less than twice its standard error. That is not evidence of no effect —
+# the printed interval (also as a share of the no-warm-up late loss) is what this run allows; the
+# sign and the count of seeds say which way it leans. More seeds would narrow
+# it (the standard error falls as 1/√seeds). (3) In both arms every run rises above the target
+# again after reaching it, and the linear rule's LR exceeds the sweep's best LR at this batch
+# (both printed above). We do not attribute the rebounds to that: no arm here runs at the tuned
+# LR, and the probe run of section 3, at its own LR, rose above the target again too (printed above).
+# So on this task, below B_crit, warm-up was not needed for the linearly scaled LR to reach the
+# target; whether it improves the end of training is left open at this number of seeds. Past
+# B_crit (claim 5) the failure comes from an LR too large for the whole run, which a warm-up
+# does not cure. These are measurements, not a rule: Goyal et al. found warm-up necessary for
+# ResNet-50 with BatchNorm at 8k images a batch and an LR 32× the base, a regime this small MLP
+# on 8×8 digits does not reach.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 if SCALE != "ci":
-    assert goyal_batch <= b_crit and goyal_batch >= 8 * B[0], "the test batch must be in the linear rule's regime"
+    assert goyal_batch <= b_crit and goyal_batch >= 8 * B[0], "the test batch must be below B_crit and well above the smallest batch"
     assert all(goyal_reach["no warm-up"]), "without warm-up the linear LR must still train to the target"
     assert all(goyal_rebounds) and len(goyal_rebounds) == 2 * len(cfg.goyal_seeds), "every run rebounds above the target"
     assert goyal_tuned_lr is not None and goyal_tuned_lr < goyal_lr, "the linear LR must exceed the tuned one here"
-    assert abs(goyal_diff.mean()) < goyal_tolerance, "warm-up must change the end by less than 2 standard errors"
+    assert probe_rebounds, "the probe run must rebound too, or the rebounds may be the linear LR's after all"
+    # a null result: it fails only where the seeds agree on an effect (|mean| ≥ 2 SE), and passing it
+    # says "not resolved", not "no effect" (the printed interval is the claim)
+    assert abs(goyal_diff.mean()) < goyal_tolerance, "warm-up's effect on the late loss is resolved after all: say which way"
 
 # %% [markdown]
 # **Claim 6 — accumulation keeps the batch, so it keeps the LR.** The course's training-practice
@@ -652,7 +707,8 @@ if SCALE != "ci":
 # (each loss scaled by 1/k, gradients summed, one update) is one update on the mean gradient of
 # k·b examples: the same update as batch k·b, so the LR tuned for batch k·b is the one to use,
 # not the LR for b. In float64 and without BatchNorm (whose statistics would differ per
-# micro-batch) the parameters after the update agree to rounding.
+# micro-batch) the parameters after the update agree to rounding. This is an identity of the
+# arithmetic, checked here, not an experimental finding.
 
 # %%
 k, b = cfg.accumulation, cfg.micro_batch
@@ -691,7 +747,7 @@ assert accumulation_gap < 1e-12
 # the objective itself. The noise scale is about the other role, the averaging of gradients into
 # one step. The SimCLR measurement above separates them by holding the candidates fixed (groups of
 # a fixed size) and varying only the number of groups; its B_simple is in images *for that group
-# size* and says how many groups per step still pay. Growing the plain batch B changes both at
+# size* and, through the paper's model, predicts how many groups per step still pay. Growing the plain batch B changes both at
 # once, and no single B_simple describes it. Gradient caching (lesson 02) keeps every candidate
 # while splitting the memory, which changes neither role; accumulation splits the candidates too,
 # which changes the first role and not the second — it is exactly the grouping used above.
@@ -703,7 +759,7 @@ assert accumulation_gap < 1e-12
 # - B_simple is the proxy; the paper's B_noise also weighs the noise by the Hessian, and
 #   B_crit ≈ B_noise is its prediction, not an identity. Agreement within `crit_tolerance` is
 #   what we assert; it need not hold on other tasks.
-# - The LR grid is coarse (its ratios are printed with the sweep), so every S is an upper bound
+# - The LR grid is coarse (its ratios are printed below), so every S is an upper bound
 #   on the best S, by up to the benefit of a better LR in between.
 # - Digits is small: the largest batch samples a large share of the N training images each step
 #   (both printed below), so "far beyond" B_crit here means the factor printed below, not a
@@ -712,8 +768,9 @@ assert accumulation_gap < 1e-12
 #   and by the S/E curve.
 # - The sweep's warm-up is a fixed number of steps, a larger share of the run at large B: it
 #   biases S upward there, so S_min up and B_crit down.
-# - Warm-up: on this small MLP it made no difference beyond seed-to-seed variation below B_crit
-#   (claim 5b, at the seeds and length printed there) and did not rescue the linear LR past it
+# - Warm-up: on this small MLP the linear LR reached the target without it below B_crit, and its
+#   effect on the late loss was not resolved at the seeds and length printed there (claim 5b: a
+#   null result, with the interval it allows); past B_crit it did not rescue the linear LR
 #   (claim 5). On deep networks with BatchNorm (Goyal's ResNet-50) the early instability it fixes
 #   is real; these are measurements on this task, not a rule.
 # - SimCLR's noise scale was measured for one group size, on a short run of a small backbone at

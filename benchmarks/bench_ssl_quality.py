@@ -77,7 +77,8 @@ def _train_for(step, batches, seconds: float) -> int:
 
 def quality_on(dataset: str, seconds: float, quick: bool) -> dict:
     train = load_dataset(dataset, "train", image_size=IMAGE_SIZE)
-    test = load_dataset(dataset, "test", image_size=IMAGE_SIZE, limit=min(1000, 500 if quick else 10**6))
+    test = load_dataset(dataset, "test", image_size=IMAGE_SIZE)
+    test = test.subset(min(len(test), 500 if quick else 1000), seed=2)  # textures' test split has 512
     probe_train = train.subset(min(len(train), 500 if quick else 2000), seed=1)
     augment = SimCLRAugment(IMAGE_SIZE, **AUGMENT[dataset])
     floors = {family: probe_encoder(_encoder(family), probe_train, test)

@@ -130,3 +130,24 @@ def test_hostile_submissions_are_contained(tmp_path, monkeypatch, capsys):
         assert canary not in where and token not in where, "a secret reached the grades"
     # the stolen-secret notebook did run (its loot, printed, is in the executed notebook)
     assert "HOME" in (out / "results" / "steal_secrets" / "executed.ipynb").read_text()
+
+
+# What the distributed lessons (07-10) need inside the sandbox, without torch (seconds): a lock
+# in /dev/shm (multiprocessing), and a TCP rendezvous at the sandbox's own hostname, which is how
+# `torchrun --standalone` advertises its c10d store (with an unresolvable hostname lesson 10's
+# torchrun cell retried for 900 s and grading hung).
+PROCESS_GROUP_PROBE = """
+import multiprocessing, socket
+multiprocessing.Lock()
+host = socket.gethostname()
+server = socket.create_server(("", 0), family=socket.AF_INET)
+with socket.create_connection((host, server.getsockname()[1]), timeout=5):
+    print("rendezvous at", host, socket.gethostbyname(host))
+"""
+
+
+@needs_bwrap
+def test_sandbox_allows_local_process_groups(tmp_path):
+    out = sandbox.run([sys.executable, "-c", PROCESS_GROUP_PROBE], tmp_path / "scratch", timeout=60)
+    assert out.isolated and out.returncode == 0, f"probe failed in the sandbox:\n{out.output}"
+    assert f"rendezvous at {sandbox.HOSTNAME} 127.0.0.1" in out.output, out.output

@@ -7,7 +7,9 @@ With ``bwrap`` (Debian/Ubuntu: ``apt-get install bubblewrap``) the command sees:
     the read-only inputs given (e.g. the submission)                  read-only, at their own paths
     /grade (the scratch folder), with HOME=/grade/home, cwd /grade/work    the only writable place
     /tmp, /dev/shm                                                    private tmpfs, size-capped
-    its own network (loopback only, down), PIDs, IPC, hostname; no capabilities
+    its own network (loopback only), PIDs, IPC, hostname; no capabilities
+    /etc/hosts that maps its hostname to the loopback address      (torchrun's rendezvous
+                                                                    connects to the hostname)
 
 and dies with the grader (``--die-with-parent``), in its own session (``--new-session``: it cannot
 push keystrokes into the grader's terminal). Run as root, the command also drops to a fresh
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import atexit
 import itertools
 import os
 import random
@@ -40,7 +43,13 @@ from pathlib import Path
 
 INSIDE = Path("/grade")  # where the scratch folder appears inside the sandbox
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
-             "passwd", "group", "hosts", "host.conf", "mime.types", "alternatives", "fonts")
+             "passwd", "group", "host.conf", "mime.types", "alternatives", "fonts")
+HOSTNAME = "grader"  # the sandbox's hostname (its own UTS namespace)
+# the sandbox's /etc/hosts: its hostname must resolve, or `torchrun --standalone` hangs: the c10d
+# rendezvous advertises the store at (hostname, port) and its clients retry that name until the
+# 900 s rendezvous timeout ("addresses of (grader, port) cannot be retrieved")
+HOSTS = (f"127.0.0.1\tlocalhost {HOSTNAME}\n"
+         f"::1\tlocalhost ip6-localhost ip6-loopback {HOSTNAME}\n")
 OUTPUT_CHARS = 200_000  # what is kept of a stage's stdout+stderr (its file is capped by FSIZE)
 SHM_BYTES, TMP_BYTES = 512 * 2**20, 1 * 2**30  # in-memory /dev/shm and /tmp: RAM a submission may fill
 UID_RANGE = (61000, 64999)  # unprivileged uids handed to sandboxes when the grader is root
@@ -143,9 +152,20 @@ def environment_paths() -> list[Path]:
     return paths + [p.resolve() for p in paths if p.resolve() != p]
 
 
+@functools.lru_cache(maxsize=1)
+def hosts_file() -> Path:
+    """A read-only file holding :data:`HOSTS` (one per grader process, removed at exit)."""
+    fd, name = tempfile.mkstemp(prefix="sandbox_hosts_")
+    with os.fdopen(fd, "w") as f:
+        f.write(HOSTS)
+    os.chmod(name, 0o444)  # world-readable: the sandbox uid must read it
+    atexit.register(lambda: Path(name).unlink(missing_ok=True))
+    return Path(name)
+
+
 def bwrap_command(argv: list[str], scratch: Path, readonly: list[Path], uid: int | None) -> list[str]:
     args = [bwrap(), "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid",
-            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "grader",
+            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", HOSTNAME,
             "--proc", "/proc", "--dev", "/dev",
             # private, size-capped and world-writable (the sandbox uid is not root): /dev/shm is
             # where multiprocessing puts its locks (the distributed lessons launch processes)
@@ -172,6 +192,7 @@ def bwrap_command(argv: list[str], scratch: Path, readonly: list[Path], uid: int
     args += ["--perms", "0755", "--dir", "/etc"]
     for name in ETC_FILES:
         _bind(args, "--ro-bind", Path("/etc") / name)
+    args += ["--ro-bind", str(hosts_file()), "/etc/hosts"]
     args += ["--bind", str(scratch), str(INSIDE), "--chdir", str(INSIDE / "work")]
     if uid is not None:  # drop root: fresh uid, no groups, no capabilities, no setuid gains
         args += ["--", shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}",

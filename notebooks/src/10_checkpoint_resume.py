@@ -474,7 +474,7 @@ from course_utils.train import TrainState
 from course_utils.variants import exercise_variant
 
 task = exercise_variant("10_checkpoint_resume", STUDENT_ID, batch=(32, 24, 48, 64, 100),
-                        stop_step=(80, 50, 130, 200, 95), hidden=(128, 32, 48, 64, 96),
+                        stop_step=(80, 70, 130, 200, 95), hidden=(128, 32, 48, 64, 96),
                         every=(20, 7, 12, 15, 25), keep_last=(2, 1, 3, 4), run_steps=(160, 90, 100, 150))
 task
 
@@ -496,15 +496,18 @@ def run_noop_loop(batch, steps, callbacks=()):
 # **Exercise 1 — predict, then measure.** The run of section 3 uses `train.batches(B, seed=1)`,
 # which drops the last incomplete batch of every epoch. With B = `task.batch`, the run stops
 # after `task.stop_step` updates. Predict the data position its checkpoint stores:
-# `predicted_position = (epoch, batch_index)`, the epoch the next batch comes from and how many of
-# that epoch's batches were already used. (`len(train)` is the number of training images.) The
-# check runs the training loop for that many steps and reads its `TrainState.position()`.
+# `predicted_position = (epoch, batch_index)`, the epoch (from 0) of the last batch used and how
+# many of that epoch's batches were used. The loop moves to a new epoch when it draws that epoch's
+# first batch, so a run that stops right after an epoch's last batch is still in that epoch, all
+# its batches used. (`len(train)` is the number of training images.) The check runs the training
+# loop for that many steps and reads its `TrainState.position()`.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-predicted_position = divmod(task.stop_step, len(train) // task.batch)  # SOLUTION
+batches_per_epoch = len(train) // task.batch  # SOLUTION
+predicted_position = ((task.stop_step - 1) // batches_per_epoch, (task.stop_step - 1) % batches_per_epoch + 1)  # SOLUTION
 
 # %% [raw]
 # # END SOLUTION
@@ -620,7 +623,7 @@ def kept_steps(steps, every, keep_last):
 # %%
 with tempfile.TemporaryDirectory() as _folder:
     _manager = ck.CheckpointManager(_folder, keep_last=task.keep_last)
-    run_noop_loop(32, task.run_steps, [CheckpointEvery(task.every, lambda st: _manager.save({}, st.step))])
+    _ = run_noop_loop(32, task.run_steps, [CheckpointEvery(task.every, lambda st: _manager.save({}, st.step))])
     _on_disk = [int(p.stem.split("_")[-1]) for p in _manager.paths()]
 check_equal(list(kept_steps(task.run_steps, task.every, task.keep_last)), _on_disk,
             what=f"checkpoint steps kept after {task.run_steps} steps, every {task.every}, keep_last={task.keep_last}")
@@ -630,7 +633,7 @@ check_equal(list(kept_steps(task.run_steps, task.every, task.keep_last)), _on_di
 for _steps, _every, _keep in ((5, 7, 2), (21, 7, 5), (30, 1, 3), (14, 7, 1)):
     with tempfile.TemporaryDirectory() as _scratch:
         _mgr = ck.CheckpointManager(_scratch, keep_last=_keep)
-        run_noop_loop(32, _steps, [CheckpointEvery(_every, lambda st: _mgr.save({}, st.step))])
+        _ = run_noop_loop(32, _steps, [CheckpointEvery(_every, lambda st: _mgr.save({}, st.step))])
         _kept = [int(p.stem.split("_")[-1]) for p in _mgr.paths()]
     check_equal(list(kept_steps(_steps, _every, _keep)), _kept,
                 what=f"checkpoint steps kept after {_steps} steps, every {_every}, keep_last={_keep}")

@@ -446,16 +446,18 @@ print(f"the ledger accounts for {needs_bytes(moco) / PUBLISHED['moco_gpu_bytes']
 #
 # Your exercises' configuration, drawn from `STUDENT_ID`: a small slice of the lesson's GPT
 # (`task.layers` blocks of width `task.hidden`, 4 heads, vocabulary 1000, sequence 128, one
-# sequence per rank, AdamW, bf16 autocast: `gpt_ledger`'s defaults) and a number of ranks. The
-# checks measure your configuration with the kit, as section 3 did: `gpt_ledger` on fake tensors
-# in a fake world of `task.ranks` ranks.
+# sequence per rank, AdamW, bf16 autocast: `gpt_ledger`'s defaults) and a number of ranks; for
+# the last question a SimCLR global batch and a device size. The checks measure your
+# configuration with the kit, as section 3 did: `gpt_ledger` on fake tensors in a fake world of
+# `task.ranks` ranks.
 
 # %%
 from course_utils.transformer import TinyGPT
 from course_utils.variants import exercise_variant
 
 task = exercise_variant("11_plan_the_real_run", STUDENT_ID, ranks=(8, 2, 4, 16, 64),
-                        layers=(2, 1, 3, 4), hidden=(256, 128, 192, 320))
+                        layers=(2, 1, 3, 4), hidden=(256, 128, 192, 320),
+                        global_batch=(4096, 2048, 8192, 16384), gpu_gb=(80, 40, 24, 141))
 task
 TASK_GPT = dict(layers=task.layers, hidden=task.hidden, heads=4, vocab=1000, seq=128, batch=1)
 
@@ -502,12 +504,11 @@ check_close(predicted_ddp_sent_bytes, _ddp.comm_bytes, rtol=1e-6,
 
 # %% [markdown]
 # **Exercise 2 — predict, then measure.** Now FSDP2, sharded as `gpt_ledger` does it: each block
-# is its own FSDP unit, the root (embeddings, final norm, tied head) another. A block's parameters
-# are all-gathered in forward, freed, and all-gathered again in backward; the root's stay
-# gathered from forward to backward (FSDP2 does not reshard the root after forward); every
-# gradient is reduce-scattered once. Each collective sends (n−1)/n of its full fp32 payload per
-# rank. Write `fsdp_sent_bytes(block_params, root_params, ranks)`: the bytes one rank sends per
-# step, from the parameters in all blocks together and in the root. The check counts your GPT's
+# is its own FSDP unit, resharded after forward (lesson 08's default), and the root (embeddings,
+# final norm, tied head) another, which FSDP2 does *not* reshard after forward (lesson 08's
+# `reshard_after_forward=False`). Ring collectives, fp32 parameters and gradients. Write
+# `fsdp_sent_bytes(block_params, root_params, ranks)`: the bytes one rank sends per step, from
+# the parameters in all blocks together and in the root. The check counts your GPT's
 # parameters (`model.blocks` and the rest of `TinyGPT`), measures FSDP2's `comm_bytes` on
 # `task.ranks` ranks in a fake world, and compares within 1% (sharding pads parameters whose size
 # does not divide by n).
@@ -562,11 +563,14 @@ for _layers, _width, _n in ((1, 128, 2), (4, 320, 16)):
 # points: 1
 
 # %% [markdown]
-# **Exercise 3 —** The lesson picked the per-GPU batch among the few it measured. Do it in
-# general: with DDP, `n` GPUs each take `global_batch / n` images. Given the bytes kept for
-# backward per image, the resident bytes per GPU and the device's bytes, return the smallest
+# **Exercise 3 — a search.** The lesson picked the per-GPU batch among the few it measured. Do
+# it in general: with DDP, `n` GPUs each take `global_batch / n` images. Write
+# `min_gpus(kept_per_image, resident, global_batch, device_bytes, margin)`: given the bytes kept
+# for backward per image, the resident bytes per GPU and the device's bytes, return the smallest
 # power of two `n` (1 to 4096) for which resident + kept fits in `margin` of the device; 0 if
-# none does (think about what more GPUs cannot fix).
+# none does (think about what more GPUs cannot fix). The check feeds it SimCLR's measured ledger
+# (`simclr[smallest]`), your `task.global_batch` and devices of `task.gpu_gb` GB (10⁹ bytes), and
+# checks that your n fits and n/2 does not.
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -590,10 +594,15 @@ def min_gpus(kept_per_image, resident, global_batch, device_bytes, margin=0.9):
 
 # %%
 _kept, _resident = simclr[smallest].activation_bytes / smallest, simclr[smallest].resident_bytes
-_n = min_gpus(_kept, _resident, 4096, GPU_BYTES, margin=MARGIN)
-assert _n in [2 ** k for k in range(13)], f"min_gpus must return a power of two from 1 to 4096 here, got {_n!r}"
-assert _resident + _kept * 4096 / _n <= MARGIN * GPU_BYTES, f"{_n} GPUs do not fit SimCLR's batch 4096 (measured ledger)"
-assert _n == 1 or _resident + _kept * 4096 / (_n // 2) > MARGIN * GPU_BYTES, f"{_n // 2} GPUs already fit: not the smallest"
+_gb, _device = task.global_batch, task.gpu_gb * 1e9
+_n = min_gpus(_kept, _resident, _gb, _device, margin=MARGIN)
+assert _n in [0] + [2 ** k for k in range(13)], f"min_gpus must return 0 or a power of two from 1 to 4096, got {_n!r}"
+assert _n > 0 or _resident + _kept * _gb / 4096 > MARGIN * _device, \
+    f"you returned 0, but 4096 GPUs of {task.gpu_gb} GB fit SimCLR's batch {_gb} (measured ledger)"
+assert _n == 0 or _resident + _kept * _gb / _n <= MARGIN * _device, \
+    f"{_n} GPUs of {task.gpu_gb} GB do not fit SimCLR's batch {_gb} (measured ledger): too few"
+assert _n <= 1 or _resident + _kept * _gb / (_n // 2) > MARGIN * _device, \
+    f"{_n // 2} GPUs of {task.gpu_gb} GB already fit SimCLR's batch {_gb}: {_n} is not the smallest"
 check_equal(min_gpus(1.0, 10.0, 400, 100, margin=0.9), 8, what="400 bytes of activations, 80 free per GPU")
 
 # %%

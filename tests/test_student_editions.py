@@ -109,22 +109,35 @@ def _defined(src: str) -> set[str]:
 
 # --------------------------------------------------------------------------- the checks' feedback
 
-ADAM = "01_resource_ledger", "q3_adam_resident"  # a question whose public test needs no lesson state
+# a question in the practice-data format whose public test needs no lesson state (the lessons'
+# own questions measure a per-student configuration, so they need the lesson's variables)
+ADAM = "01_resource_ledger", "q3_adam_resident"
+ADAM_QUESTION = {
+    "answer_names": ["adam_resident_bytes"],
+    "public_tests": ['assert adam_resident_bytes(1000) == 16 * 1000, '
+                     '"weights, gradients and two moments: 4 fp32 copies of each parameter"'],
+    "solution": "def adam_resident_bytes(n):\n    return 16 * n  # weights, gradients, two moments",
+}
+
+
+def _exercises() -> Exercises:
+    ex = Exercises(ADAM[0])
+    ex.questions = {**ex.questions, ADAM[1]: ADAM_QUESTION}
+    return ex
 
 
 def _check(answer_src: str):
-    lesson, q = ADAM
     ns: dict = {}
     exec(answer_src, ns)
-    return Exercises(lesson).check(q, ns)
+    return _exercises().check(ADAM[1], ns)
 
 
 def test_check_says_not_attempted_for_the_skeleton_and_for_an_unrun_cell():
     r = _check("def adam_resident_bytes(n):\n    ...")
     assert r.status == "not attempted" and not r and "still `...`" in repr(r)
-    r = Exercises(ADAM[0]).check(ADAM[1], {})
+    r = _exercises().check(ADAM[1], {})
     assert r.status == "not attempted" and "not defined" in repr(r)
-    r = Exercises(ADAM[0]).check(ADAM[1], {"adam_resident_bytes": ...})
+    r = _exercises().check(ADAM[1], {"adam_resident_bytes": ...})
     assert r.status == "not attempted"
 
 
@@ -143,10 +156,9 @@ def test_check_names_the_error_the_answer_raised():
 
 
 def test_check_passes_the_solution_and_reveal_prints_it(capsys):
-    ex = Exercises(ADAM[0])
-    ex.reveal(ADAM[1])
+    _exercises().reveal(ADAM[1])
     solution = capsys.readouterr().out
-    assert "def adam_resident_bytes(n):" in solution and "SOLUTION" not in solution.split("\n", 1)[1]
+    assert "def adam_resident_bytes(n):" in solution
     r = _check(solution)
     assert r.status == "passed" and r and "all 1 public check(s) pass" in repr(r)
 

@@ -428,8 +428,9 @@ for _config, _hint in _OTHER_MLPS:
 # %% [markdown]
 # **Exercise 3 — predict, then measure.** `SmallResNet(width=task.width, num_classes=task.classes)`
 # takes one step with `make_optimizer(task.optimizer, model.parameters())` (the optimizers are
-# listed in `course_utils.optim.OPTIMIZERS`). Predict its resident state after the step:
-# parameters, gradients and optimizer state, in bytes. You may count the parameters with code;
+# listed in `course_utils.optim.OPTIMIZERS`, with how many fp32 copies of each parameter each
+# keeps). Predict its resident state after the step: parameters, gradients and optimizer state,
+# all fp32, in bytes. You may count the parameters with code;
 # the test runs the step and reads the ledger.
 
 # %% [raw]

@@ -974,11 +974,14 @@ def _exercise_loss_kept(n):
 
 def _check_gc_prediction(formula, n, chunk):
     """Compare formula(per_view_bytes, chunk, loss_bytes), with both bytes measured, against the
-    kept-for-backward of a measured gradient-caching step on n images in chunks of chunk, within 2%."""
+    kept-for-backward of a measured gradient-caching step on n images in chunks of chunk, within 2%.
+    Returns whether one chunk's encoder bytes (rather than the loss) set the measured peak."""
     loss_bytes = _exercise_loss_kept(n)
     per_view_bytes = (_exercise_kept(n) - loss_bytes) / (2 * n)      # the encoder's share, per view
     check_close(formula(per_view_bytes, chunk, loss_bytes), _exercise_kept(n, chunks=n // chunk), rtol=0.02,
-                what=f"kept for backward by gradient caching, N={n} in chunks of {chunk}")
+                what=f"kept for backward by gradient caching, N={n} in chunks of {chunk} "
+                     f"(per view {per_view_bytes:,.0f} B, loss {loss_bytes:,} B)")
+    return 2 * chunk * per_view_bytes > loss_bytes
 
 
 def _aligned_step_loss(n, micro_batches, temperature, scale=None):
@@ -1115,8 +1118,10 @@ assert float(decoupled_nt_xent(_z1, _z2, 0.3)) < float(nt_xent_loss(_z1, _z2, 0.
 # back-propagates, and the loss alone on the whole batch's embeddings keeps `loss_bytes`. Before
 # looking at the ledger, write the bytes the step keeps for backward (its peak). The test measures
 # `per_view_bytes` and `loss_bytes` for your configuration, then a real gradient-caching step
-# (`make_step(..., chunks=task.batch // task.chunk)`), and compares within 2%; hidden tests try a
-# batch where one chunk sets the peak and one where the loss's N² logits do.
+# (`make_step(..., chunks=task.batch // task.chunk)`), and compares within 2%; then it does the
+# same for one configuration where the *other* term sets the peak (if one chunk's encoder sets
+# yours, one where the loss's N² logits do, and the other way round). Hidden tests try one near
+# the crossover.
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -1134,12 +1139,13 @@ def gc_kept_bytes(per_view_bytes, chunk, loss_bytes):
 # # BEGIN TESTS
 
 # %%
-_check_gc_prediction(gc_kept_bytes, task.batch, task.chunk)
+_chunk_sets_peak = _check_gc_prediction(gc_kept_bytes, task.batch, task.chunk)
+# a configuration from the other regime, so that neither term alone (nor one view per image) passes
+_ = _check_gc_prediction(gc_kept_bytes, *((96, 8) if _chunk_sets_peak else (32, 16)))
 
 # %%
 # HIDDEN
-for _n, _chunk in [(32, 16), (96, 8)]:         # one chunk sets the peak / the loss's logits set it
-    _check_gc_prediction(gc_kept_bytes, _n, _chunk)
+_ = _check_gc_prediction(gc_kept_bytes, 64, 8)     # near the crossover: the two terms within 30%
 assert gc_kept_bytes(1000, 4, 5000) == 8000 and gc_kept_bytes(1000, 4, 9000) == 9000, \
     "the peak is the larger of the two passes, not their sum"
 

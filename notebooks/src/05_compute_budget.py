@@ -698,7 +698,7 @@ if cfg.alloc_check:
 from course_utils.exercises import check_close
 from course_utils.variants import exercise_variant
 
-task = exercise_variant("05_compute_budget", STUDENT_ID, d=(16, 64, 256), h=(64, 16, 256, 1024), c=(4, 10, 16),
+task = exercise_variant("05_compute_budget", STUDENT_ID, d=(16, 32, 64), h=(64, 16, 256, 1024), c=(4, 10, 16),
                         batch=(256, 32, 64, 128), budget_flops=(1.4e9, 3.5e8, 5.6e9))
 task
 
@@ -765,8 +765,9 @@ for _b, _d, _h, _c in [(1, 1, 1, 1), (16, 64, 32, 10), (3, 5, 7, 2)]:
 # %% [markdown]
 # **Exercise 2 — predict, then measure: what 6·N·D gets wrong about a budget.** Your student
 # `MLP(task.d, task.h, task.c, layers=2)` trains at batch `task.batch` on a budget of
-# `task.budget_flops` FLOPs, one fresh example per sample, as in the allocation experiment
-# (steps = budget // FLOPs of one step, rounded down). How many more steps does it get with the
+# `task.budget_flops` FLOPs on fresh examples every step, as in the allocation experiment
+# (steps = budget // FLOPs of one step, rounded down; every configuration here affords at least
+# one step, even under the plan). How many more steps does it get with the
 # exact step FLOPs than a plan that counts 6·N·B per step (N = all parameters)? Set
 # `extra_steps` (negative if the plan gives more). The test counts N and measures a step.
 

@@ -38,7 +38,15 @@ for path in sys.argv[1:]:
 '''
 
 
+def _outside_env() -> dict[str, str]:
+    """This environment without what points into the repository: with PYTHONPATH at a checkout
+    that holds course_utils.egg-info (an editable install's metadata), pip would count the kit
+    as already installed and skip the wheel."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "COURSE_DATA_DIR")}
+
+
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
+    kw.setdefault("env", _outside_env())
     proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
     assert proc.returncode == 0, f"{cmd[:4]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
@@ -91,7 +99,7 @@ def test_installed_wheel_runs_lessons_00_and_01_outside_the_repository(wheel, tm
     for name in LESSONS:
         nbformat.write(blank_then_solve(ROOT / "notebooks" / "student" / f"{name}.ipynb"),
                        work / f"{name}.ipynb")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "COURSE_DATA_DIR")}
+    env = _outside_env()
     env.update(COURSE_SCALE="ci", MPLBACKEND="Agg")
     try:
         _run([str(py), "-c", RUN_LESSONS, *[f"{n}.ipynb" for n in LESSONS]], cwd=work, env=env,

@@ -122,9 +122,9 @@ def run(quick: bool = False) -> dict:
     loss_sizes = [256, 512, 1024] if quick else [512, 1024, 2048, 4096]
     rows = {m: largest_batch(m, sizes, loss_sizes) for m in METHODS}
     naive_n = rows["naive"]["largest_batch_under_cap"]
-    time_n = 64 if quick else 256
+    time_n, time_steps, time_rounds = (64, 1, 1) if quick else (256, 5, 5)
     timed = seconds_per_image(("naive", "gradient caching + tiled"), time_n,
-                              steps=1 if quick else 5, rounds=1 if quick else 5)
+                              steps=time_steps, rounds=time_rounds)
     timing, utilisation, ratios = timed["median"], timed["utilisation"], timed["ratio_per_round"]
     tiled = tiled_loss_alone(1024 if quick else 8192, 128)
     summary = {
@@ -143,8 +143,8 @@ def run(quick: bool = False) -> dict:
                                 and (quick or tiled["ratio"] <= 0.05))
     return {"config": dict(cap_bytes=CAP_BYTES, image_size=IMAGE_SIZE, backbone="SmallResNet(width=16)",
                            chunk_images=CHUNK, tile=TILE, step_sizes=sizes, loss_sizes=loss_sizes,
-                           timing_batch=time_n, timing_steps_per_round=1 if quick else 5,
-                           timing_rounds=1 if quick else 5),
+                           timing_batch=time_n, timing_steps_per_round=time_steps,
+                           timing_rounds=time_rounds),
             "methods": rows, "seconds_per_image": timing, "seconds_per_image_rounds": timed["rounds"],
             "step_utilisation": utilisation,
             "tiled_loss_alone": tiled,

@@ -165,9 +165,10 @@ def run_one(submission: Path, autograder: Path, *, timeout: float, scale: str,
     if not isinstance(student, str) or not student.strip():
         raise ValueError(f"student must be a non-empty ID (the exercise variants are drawn from "
                          f"it), got {student!r}")
+    student = student.strip()
     deadline = time.monotonic() + timeout
     readonly, env = kit_paths()
-    env.update(COURSE_SCALE=scale, COURSE_STUDENT_ID=student.strip())
+    env.update(COURSE_SCALE=scale, COURSE_STUDENT_ID=student)
     python = sys.executable
 
     def failed(status: str, why: str, log: str = "") -> dict:
@@ -227,7 +228,7 @@ def run_one(submission: Path, autograder: Path, *, timeout: float, scale: str,
         if keep is not None:
             (Path(keep) / "results.json").write_text(json.dumps(raw, indent=1))
     return {"status": STATUS_OK, "scores": scores, "raw": raw,
-            "feedback": f"graded as student {student.strip()!r} (exercise variants are drawn "
+            "feedback": f"graded as student {student!r} (exercise variants are drawn "
                         f"from this ID)\n\n" + feedback_text(raw)}
 
 

@@ -27,9 +27,9 @@ so, and tools/grade.py prints it loudly.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
-import atexit
 import itertools
 import os
 import random

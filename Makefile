@@ -15,8 +15,9 @@ $(STAMP): $(PY) pyproject.toml
 	touch $(STAMP)
 
 ## make course: execute every notebook at its teaching scale into build/ and print headline figures
+## (NB="00 03": only those; JOBS=1: one lesson at a time, default two at once on a CPU machine)
 course: $(STAMP)
-	$(PY) tools/run_course.py --scale $${COURSE_SCALE:-default} $(NB)
+	$(PY) tools/run_course.py --scale $${COURSE_SCALE:-default} $(if $(JOBS),--jobs $(JOBS)) $(NB)
 
 ## make test: unit tests + every notebook end to end under nbval at CI scale (-rs: say what was
 ## skipped and why, e.g. the browser test without Chromium)

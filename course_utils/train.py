@@ -234,7 +234,9 @@ def fit(step_fn, batches, *, steps: int | None = None, epochs: int | None = None
                 state.batch_index = i + 1
                 state.history.records.append({"step": state.step, "epoch": state.epoch, **metrics})
                 bar.update(1)
-                bar.set_postfix(loss=f"{metrics['loss']:.4f}")
+                # refresh=False: shown at the bar's next timed redraw; a redraw per step costs a
+                # notebook a widget message per step (several ms on steps of tens of ms)
+                bar.set_postfix(loss=f"{metrics['loss']:.4f}", refresh=False)
                 for cb in callbacks:
                     cb.on_step_end(state)
                 if state.stop or (steps is not None and state.step >= steps):

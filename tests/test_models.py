@@ -66,6 +66,25 @@ def test_resnet_bad_inputs_raise():
         SmallResNet(width=0)
 
 
+def test_resnet_stores_convolutions_channels_last_and_keeps_the_layout():
+    import copy
+    channels_last = lambda m: all(c.weight.is_contiguous(memory_format=torch.channels_last)  # noqa: E731
+                                  for c in m.modules() if isinstance(c, nn.Conv2d))
+    torch.manual_seed(0)
+    net = SmallResNet(width=8)
+    assert channels_last(net)
+    assert channels_last(copy.deepcopy(net)) and channels_last(net.to(torch.float32))
+    other = SmallResNet(width=8)
+    other.load_state_dict(net.state_dict())
+    assert channels_last(other)
+    # the layout changes the speed, not the function: same features as the contiguous layout
+    plain = copy.deepcopy(net)
+    nn.utils.convert_conv2d_weight_memory_format(plain, torch.contiguous_format)
+    assert not channels_last(plain)
+    x = torch.randn(4, 3, 16, 16)
+    torch.testing.assert_close(net(x), plain(x), rtol=1e-4, atol=1e-5)
+
+
 def test_init_is_deterministic_under_manual_seed():
     def weights(cls, seed, **kw):
         torch.manual_seed(seed)

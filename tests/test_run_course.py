@@ -29,7 +29,7 @@ def test_course_runner_reports_each_lesson_and_writes_an_index(tmp_path, monkeyp
     _lesson(tmp_path / "notebooks" / "02_broken.ipynb", "x = 1", "y = x / 0  # the bad cell")
     monkeypatch.setattr(run_course, "ROOT", tmp_path)
     monkeypatch.setattr(run_course, "BUILD", tmp_path / "build")
-    assert run_course.run("ci", []) == 1
+    assert run_course.run("ci", [], jobs=1) == 1
     out, err = capfd.readouterr()
     fine = out.index("01_fine done in")
     assert out.index("answer: 42") > fine and out.index("scale: ci") > fine
@@ -44,3 +44,23 @@ def test_course_runner_reports_each_lesson_and_writes_an_index(tmp_path, monkeyp
     assert "ZeroDivisionError" in index
     exported = (tmp_path / "build" / "01_fine.html").read_text()
     assert "'answer': 42" in exported and "<html" in exported  # the output, exported
+
+
+def test_course_runner_runs_two_lessons_at_once_with_a_thread_each(tmp_path, monkeypatch, capfd):
+    (tmp_path / "notebooks").mkdir()
+    for name in ("01_one", "02_two"):
+        _lesson(tmp_path / "notebooks" / f"{name}.ipynb",
+                "import torch\nfrom course_utils.report import headline\n"
+                "headline(threads=torch.get_num_threads())")
+    monkeypatch.setattr(run_course, "ROOT", tmp_path)
+    monkeypatch.setattr(run_course, "BUILD", tmp_path / "build")
+    monkeypatch.setattr(run_course, "usable_cores", lambda: 2)
+    assert run_course.run("ci", [], jobs=2) == 0
+    out, err = capfd.readouterr()
+    assert "2 at a time, 1 torch thread(s) each" in out
+    assert out.count("threads: 1") == 2, "each kernel ran torch on one thread"
+    assert "01_one done in" in out and "02_two done in" in out and "lessons, 2 at a time" in err
+    index = (tmp_path / "build" / "index.html").read_text()
+    assert index.index("01_one.html") < index.index("02_two.html"), "the index lists lessons in order"
+    times = (tmp_path / "build" / "times-ci.json").read_text()
+    assert '"01_one"' in times and '"02_two"' in times, "the next run schedules the longest first"

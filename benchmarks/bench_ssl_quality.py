@@ -12,9 +12,10 @@ Goal: every objective >= +15 linear-probe points over its random-init encoder wi
 (180 core-seconds) of training on 2 cores, on both datasets. Where a row falls short, the result
 says so (``goal_met`` per row, ``shortfalls`` with what the lessons know about why, and whether
 the goal lies within two standard errors of the row: ``textures`` tests on 512 crops, where a
-gain's standard error is a few points); nothing is tuned per row to pass. All objectives see the same images per step (batch 128 at 16 px), the
-contrastive ones share one backbone (SmallResNet width 16) and augmentation per dataset; MAE
-trains the kit's ViT, so its random-init floor is that ViT's.
+gain's standard error is a few points); nothing is tuned per row to pass. All objectives see
+the same images per step (batch 128 at 16 px), the contrastive ones share one backbone
+(SmallResNet width 16) and augmentation per dataset; MAE trains the kit's ViT, so its random-init
+floor is that ViT's.
 """
 from __future__ import annotations
 

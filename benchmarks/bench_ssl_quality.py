@@ -40,7 +40,7 @@ AUGMENT = {"shapes": dict(crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True
 KNOWN_LIMITS = {
     "mae": "MAE's features are known to need fine-tuning or long pre-training before a linear "
            "probe reads them well (the MAE paper's linear probe lags its fine-tuning by a wide "
-           "margin); minutes of CPU training leave it near its random-init floor",
+           "margin): a linear probe after minutes of training understates what it learned",
 }
 
 

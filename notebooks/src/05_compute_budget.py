@@ -384,10 +384,10 @@ print(f"For the same FLOPs MAE took {mae_vs_vit_seconds:.2f}x the core-seconds o
 
 # %% [markdown]
 # Read the plot within a family. Only the supervised runs use the labels, so their probe is a
-# ceiling, not an opponent, from the second budget on. At the first budget the supervised runs have
-# gained only a few points (printed above); with one seed, a lead of a few points is not
-# distinguishable from training noise, so no family is asserted to lead there. From the second budget on, each
-# supervised run beats the self-supervised runs of its own backbone by more than `labels_margin`
+# ceiling, not an opponent, from the second budget on. At the first budget the supervised runs
+# have gained only a few points (printed above); with one seed, a lead of a few points is not
+# distinguishable from training noise, so no family is asserted to lead there. From the second
+# budget on, each supervised run beats the self-supervised runs of its own backbone by more than `labels_margin`
 # points; by the last budget each has gained more than `supervised_min_gain` points over its random
 # init, and more than `labels_margin` points over its own first budget (asserted; thresholds and
 # values printed above).
@@ -396,8 +396,8 @@ print(f"For the same FLOPs MAE took {mae_vs_vit_seconds:.2f}x the core-seconds o
 # none gains `null_band` points or more over its random init there (asserted; the band in standard
 # errors of a gain is printed above, and with one seed per run even that is optimistic: the
 # training noise is not measured). Some read below their random init (negative gains in the table
-# above), by less than the same band: whether early training makes features worse is not tested here. At the last budget a self-supervised run may be
-# starting to leave its floor, but each gains less than `ssl_share_max` of what its family's
+# above); whether early training makes features worse is not tested here. At the last budget a
+# self-supervised run may be starting to leave its floor, but each gains less than `ssl_share_max` of what its family's
 # supervised run gained at the same FLOPs (asserted; the shares are printed above). That is
 # "little gain we can measure", not "no learning", and it is a statement about these budgets (their
 # core-seconds are printed above), not about the objectives. MoCo's steps here are printed above;
@@ -418,8 +418,8 @@ print(f"For the same FLOPs MAE took {mae_vs_vit_seconds:.2f}x the core-seconds o
 # ran (asserted; many small ops suffer most on a crowded machine). One of those costs is measured
 # on its own: MAE's parameter updates took more than `mae_update_ratio` times the supervised ViT's
 # core-seconds at the same FLOPs (asserted), which is what an update paid per step, not per FLOP,
-# predicts. The update explains under half of MAE's extra core-seconds (printed above, asserted); how the rest
-# splits between dispatch, masking and gathers is not measured here. The core-seconds, and the
+# predicts. The update explains under half of MAE's extra core-seconds (printed above, asserted);
+# how the rest splits between dispatch, masking and gathers is not measured here. The core-seconds, and the
 # right-hand plot, are the cost a reader actually pays on this machine.
 
 # %% [markdown]

@@ -51,6 +51,11 @@ def gain_standard_error(accuracy: float, floor: float, n_test: int) -> float:
     return 100 * ((accuracy * (1 - accuracy) + floor * (1 - floor)) / n_test) ** 0.5
 
 
+def _family(name: str) -> str:
+    """The backbone an objective trains: MAE a ViT, the contrastive objectives a ResNet."""
+    return "vit" if name == "mae" else "resnet"
+
+
 def why_short(rows: dict, name: str) -> str:
     """What is known about a row that missed the goal: how far it is from the goal in standard
     errors of the test set, then the objective's known limit, else how much of the room above
@@ -62,7 +67,7 @@ def why_short(rows: dict, name: str) -> str:
                 if row["goal_within_two_standard_errors"] else "more than two standard errors above this row; "))
     if name in KNOWN_LIMITS:
         return noise + KNOWN_LIMITS[name]
-    floor = 100 * rows["random_init"]["vit" if name == "mae" else "resnet"]["linear"]
+    floor = 100 * rows["random_init"][_family(name)]["linear"]
     return noise + (f"the random-init encoder already probes {floor:.1f}%, so +{GOAL_POINTS} needs "
                     f"{GOAL_POINTS / (100 - floor):.0%} of the {100 - floor:.1f} points left above it; "
                     f"this row closed {gain / (100 - floor):.0%} of them")
@@ -77,7 +82,7 @@ def _encoder(family: str) -> torch.nn.Module:
 
 def _build(name: str, augment):
     """-> (objective, step) with the lessons' settings (temperature 0.2, queue 1024, mask 0.75)."""
-    encoder = _encoder("vit" if name == "mae" else "resnet")
+    encoder = _encoder(_family(name))
     if name == "mae":
         model = MAE(encoder, mask_ratio=0.75, decoder_dim=32)
         opt = torch.optim.AdamW(model.parameters(), lr=1.5e-3, weight_decay=0.05)
@@ -114,7 +119,7 @@ def quality_on(dataset: str, seconds: float, quick: bool) -> dict:
         model, step = _build(name, augment)
         steps = _train_for(step, train.batches(BATCH, seed=0, with_ids=True), seconds)
         probe = probe_encoder(model.encoder, probe_train, test)
-        floor = floors["vit" if name == "mae" else "resnet"]
+        floor = floors[_family(name)]
         gain = 100 * (probe["linear"] - floor["linear"])
         se = gain_standard_error(probe["linear"], floor["linear"], len(test))
         rows[name] = {"steps": steps, **probe, "linear_gain_points": gain,

@@ -74,6 +74,8 @@ def test_student_edition_has_no_solutions_or_hidden_tests(name):
     secret = [line for line in hidden if line in shipped or line in given]
     assert not secret, f"{name}: hidden-test lines handed to learners: {secret}"
     assert not [c for c in nb["cells"] if c["cell_type"] == "raw"], f"{name}: otter raw cells left"
+    markers = [q for q, data in load_lesson(name)["questions"].items() if "SOLUTION" in data["solution"]]
+    assert not markers, f"{name}: otter SOLUTION markers left in the shipped solutions of {markers}"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -158,7 +160,7 @@ def test_check_names_the_error_the_answer_raised():
 def test_check_passes_the_solution_and_reveal_prints_it(capsys):
     _exercises().reveal(ADAM[1])
     solution = capsys.readouterr().out
-    assert "def adam_resident_bytes(n):" in solution
+    assert "def adam_resident_bytes(n):" in solution and "SOLUTION" not in solution.split("\n", 1)[1]
     r = _check(solution)
     assert r.status == "passed" and r and "all 1 public check(s) pass" in repr(r)
 

@@ -1,9 +1,14 @@
 """Checks that exercise tests call, so a wrong answer reads as a sentence, not a bare assert.
 
 Every check raises ``AssertionError`` (what otter-grader reports as a failed test) whose message
-names the quantity, shows the answer next to the expected value and says how far off it is.
-An answer still equal to ``...`` (what ``otter assign`` leaves where a solution was) is reported
-as "not answered yet" instead of a type error.
+names the quantity and says how the answer disagrees: in which direction and by what factor
+("your answer 49,152 is 4.00× too small (off by 75.0%; allowed: rtol=0)"), for a tensor which
+element misses most, for things that are not numbers only that they differ. A message never
+contains the expected value, so one wrong try does not give away a predict-then-measure answer
+(``exercises.reveal(name)`` in a student edition is the way to see a solution). Shapes and lengths
+are stated: a wrong shape is structural, not the answer. An answer still equal to ``...`` (what
+``otter assign`` leaves where a solution was) is reported as "not answered yet" instead of a type
+error.
 
     check_close(predicted_bytes, record.optimizer_bytes, rtol=0.01, what="Adam state bytes")
     check_equal(queue.ptr, 3, what="queue pointer after one enqueue")
@@ -13,13 +18,15 @@ as "not answered yet" instead of a type error.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Callable, Sequence
 
 import torch
 
 from . import checks
 
-__all__ = ["check_close", "check_equal", "check_shape", "check_raises", "is_unanswered"]
+__all__ = ["check_close", "check_equal", "check_shape", "check_raises", "is_unanswered",
+           "describe_miss", "describe_difference"]
 
 
 def is_unanswered(answer: Any) -> bool:
@@ -40,15 +47,18 @@ def _check_what(what: Any) -> str:
 
 
 def _as_tensor(x: Any, what: str, role: str) -> torch.Tensor:
+    # only the answer is ever shown: the expected value is named by its type at most
+    shown = f" {x!r}" if role == "answer" else ""
     if isinstance(x, torch.Tensor):
         return x.detach().to("cpu", torch.float64)
     if isinstance(x, (bool, str, bytes, dict, set)):
         raise AssertionError(f"{what}: the {role} should be a number or a tensor, "
-                             f"got {type(x).__name__} {x!r}")
+                             f"got {type(x).__name__}{shown}")
     try:
         return torch.as_tensor(x, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError) as err:
-        raise AssertionError(f"{what}: the {role} {x!r} is not numeric ({err})") from None
+        detail = f" ({err})" if role == "answer" else ""
+        raise AssertionError(f"{what}: the {role}{shown} is not numeric{detail}") from None
 
 
 def check_close(answer: Any, expected: Any, rtol: float = 1e-6, atol: float = 0.0, *,
@@ -56,8 +66,8 @@ def check_close(answer: Any, expected: Any, rtol: float = 1e-6, atol: float = 0.
     """Assert |answer - expected| <= atol + rtol * |expected| elementwise.
 
     Scalars or tensors (shapes must match exactly: no broadcasting, a wrong shape is a wrong
-    answer). The failure message gives both values and the relative error
-    |answer - expected| / |expected|.
+    answer). The failure message says in which direction and by what factor the answer (for a
+    tensor, its worst element, by index) misses, never the expected value.
     """
     what = _check_what(what)
     checks.float_in_range(rtol, "rtol")
@@ -72,27 +82,132 @@ def check_close(answer: Any, expected: Any, rtol: float = 1e-6, atol: float = 0.
         raise AssertionError(f"{what}: the answer contains inf or nan: {_short(got)}")
     err = (got - want).abs()                                  # same shape as the answer
     bound = atol + rtol * want.abs()
-    if bool((err <= bound).all()):
+    bad = ~(err <= bound)
+    if not bool(bad.any()):
         return
-    worst = int(torch.argmax(err - bound))                    # flat index of the worst miss
+    worst = int(torch.argmax(torch.where(bad, err - bound, torch.full_like(err, -math.inf))))
     g, w = got.flatten()[worst].item(), want.flatten()[worst].item()
-    rel = abs(g - w) / abs(w) if w != 0 else math.inf
-    where = "" if got.dim() == 0 else f" at flat index {worst} (of {got.numel()})"
-    raise AssertionError(f"{what}: got {_fmt(g)}, expected {_fmt(w)}{where}; "
-                         f"off by {rel:.2%} (allowed: rtol={rtol:g}, atol={atol:g})")
+    allowed = f"allowed: rtol={rtol:g}" + (f", atol={atol:g}" if atol else "")
+    if got.dim() == 0:
+        raise AssertionError(f"{what}: your answer {_fmt(answer if _is_number(answer) else g, g, w)} "
+                             f"is {describe_miss(g, w, allowed)}")
+    where = _index(worst, tuple(got.shape))
+    raise AssertionError(f"{what}: element {where} of your tensor of shape {tuple(got.shape)} "
+                         f"misses most: your {_fmt(g, g, w)} there is {describe_miss(g, w, allowed)}; "
+                         f"{int(bad.sum())} of {got.numel()} elements are outside the tolerance")
 
 
 def check_equal(answer: Any, expected: Any, *, what: str = "answer") -> None:
-    """Assert ``answer == expected`` for exact things: counts, indices, shapes, strings."""
+    """Assert ``answer == expected`` for exact things: counts, indices, shapes, strings.
+
+    On a miss the message says where and how the answer differs (direction and factor for
+    numbers, the index for tensors and sequences, the key for dicts), never the expected value.
+    """
     what = _check_what(what)
     _require_unanswered_free(answer, what)
+    diff = describe_difference(answer, expected)
+    if diff is not None:
+        raise AssertionError(f"{what}: {diff}")
+
+
+def describe_miss(got: float, want: float, allowed: str = "") -> str:
+    """How ``got`` misses ``want``, without ``want``: "4.00× too small (off by 75.0%)",
+    "12.5% too large", "too large, and of the wrong sign". ``allowed`` is appended in the
+    parentheses (the tolerance)."""
+    tail = f"; {allowed}" if allowed else ""
+    if math.isnan(got) or math.isnan(want):
+        return f"not a number{f' ({allowed})' if allowed else ''}"
+    direction = "too large" if got > want else "too small"
+    if want == 0 or got == 0 or (got > 0) != (want > 0):
+        sign = "" if want == 0 or got == 0 else ", and of the wrong sign"
+        return f"{direction}{sign}{f' ({allowed})' if allowed else ''}"
+    rel = abs(got - want) / abs(want)
+    ratio = abs(got) / abs(want)
+    factor = max(ratio, 1 / ratio)
+    off = f"off by {_percent(rel)}"
+    if want > 0:
+        if factor >= 2:
+            return f"{_times(factor)} {direction} ({off}{tail})"
+        return f"{_percent(rel)} {direction}{f' ({allowed})' if allowed else ''}"
+    size = "too small" if ratio < 1 else "too large"  # negative numbers: speak of the magnitude
+    if factor >= 2:
+        return f"{direction}: its magnitude is {_times(factor)} {size} ({off}{tail})"
+    return f"{direction}: its magnitude is {_percent(rel)} {size}{f' ({allowed})' if allowed else ''}"
+
+
+def describe_difference(answer: Any, expected: Any, _where: str = "") -> str | None:
+    """None if ``answer == expected``; otherwise a sentence saying where and how the answer
+    differs, which shows the answer's own parts at most, never the expected value's."""
+    label = f"your answer{_where}"
     if isinstance(answer, torch.Tensor) or isinstance(expected, torch.Tensor):
+        return _tensor_difference(answer, expected, label)
+    if _is_number(answer) and _is_number(expected):
+        if answer == expected:
+            return None
+        return (f"{label} {_fmt(answer, float(answer), float(expected))} is "
+                f"{describe_miss(float(answer), float(expected), 'it must be exact')}")
+    if isinstance(answer, (list, tuple)) and isinstance(expected, (list, tuple)):
+        if len(answer) != len(expected):
+            return (f"{label} has {len(answer)} item(s), the check expects {len(expected)}")
+        for i, (a, e) in enumerate(zip(answer, expected)):
+            diff = describe_difference(a, e, f"{_where}[{i}]")
+            if diff is not None:
+                return diff
+        if type(answer) is not type(expected):
+            return f"{label} is a {type(answer).__name__}, the check expects a {type(expected).__name__}"
+        return None
+    if isinstance(answer, dict) and isinstance(expected, dict):
+        missing = [k for k in expected if k not in answer]
+        extra = [k for k in answer if k not in expected]
+        if missing or extra:
+            parts = ([f"lacks the key(s) {missing}"] if missing else []) + \
+                ([f"has unexpected key(s) {extra}"] if extra else [])
+            return f"{label} {' and '.join(parts)}"
+        for k in expected:
+            diff = describe_difference(answer[k], expected[k], f"{_where}[{k!r}]")
+            if diff is not None:
+                return diff
+        return None
+    try:
+        same = bool(answer == expected)
+    except Exception:  # noqa: BLE001 - an answer whose == fails is not equal
+        same = False
+    if same:
+        return None
+    if type(answer) is not type(expected) and not (_is_number(answer) and _is_number(expected)):
+        return f"{label} is a {type(answer).__name__}, the check expects a {type(expected).__name__}"
+    return f"{label} {_short_repr(answer)} is not what the check expects"
+
+
+def _tensor_difference(answer: Any, expected: Any, label: str) -> str | None:
+    try:
         a, e = torch.as_tensor(answer), torch.as_tensor(expected)
-        if a.shape != e.shape or not torch.equal(a.to(e.dtype), e):
-            raise AssertionError(f"{what}: got {_short(a)}, expected {_short(e)}")
-        return
-    if answer != expected:
-        raise AssertionError(f"{what}: got {answer!r}, expected {expected!r}")
+    except (TypeError, ValueError, RuntimeError):
+        return f"{label} is a {type(answer).__name__}, the check expects a tensor"
+    if a.shape != e.shape:
+        return f"{label}: expected shape {tuple(e.shape)}, got shape {tuple(a.shape)}"
+    if a.dtype == e.dtype and torch.equal(a, e):
+        return None
+    if e.dtype != torch.bool and a.dtype != torch.bool and e.numel() and \
+            not (a.is_complex() or e.is_complex()):
+        a64, e64 = a.detach().cpu().double(), e.detach().cpu().double()
+        err = (a64 - e64).abs()
+        differ = err != 0
+        if not bool(differ.any()):
+            return None
+        worst = int(torch.argmax(torch.where(differ, err, torch.full_like(err, -1.0))))
+        g, w = a64.flatten()[worst].item(), e64.flatten()[worst].item()
+        where = "" if a.dim() == 0 else f" at {_index(worst, tuple(a.shape))}"
+        count = "" if a.dim() == 0 else f"; {int(differ.sum())} of {a.numel()} elements differ"
+        return (f"{label} (a tensor of shape {tuple(a.shape)}) misses most{where}: your {_fmt(g, g, w)} "
+                f"there is {describe_miss(g, w, 'it must be exact')}{count}")
+    differ = a.detach().cpu() != e.detach().cpu().to(a.dtype)
+    if not bool(differ.any()):
+        return None
+    first = int(torch.nonzero(differ.flatten())[0])
+    return (f"{label} (a tensor of shape {tuple(a.shape)}) differs at {int(differ.sum())} of "
+            f"{a.numel()} position(s), first at {_index(first, tuple(a.shape))} (yours: "
+            f"{a.flatten()[first].item()!r})")
 
 
 def check_shape(tensor: Any, shape: Sequence[int], *, what: str = "tensor") -> None:
@@ -127,12 +242,49 @@ def check_raises(exception: type[BaseException], fn: Callable, *args: Any,
     raise AssertionError(f"{what}: expected {exception.__name__}, but the call returned normally")
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.6g}"
+def _is_number(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _fmt(x: Any, got: float | None = None, want: float | None = None) -> str:
+    """A number for a message; given the answer ``got`` and what it should be, with enough
+    digits that the answer does not print as if it were right."""
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        return f"{int(x):,}"
+    x = float(x)
+    if x.is_integer() and abs(x) < 1e15:
+        return f"{int(x):,}"
+    digits = 6
+    if got is not None and want is not None and want != 0 and got != want:
+        rel = abs(got - want) / abs(want)
+        digits = min(17, max(6, math.ceil(-math.log10(rel)) + 2)) if rel > 0 else 6
+    return f"{x:.{digits}g}"
+
+
+def _percent(rel: float) -> str:
+    pct = 100 * rel
+    return f"{pct:.1f}%" if pct >= 0.1 else f"{pct:.2g}%"
+
+
+def _times(factor: float) -> str:
+    return f"{factor:.2f}×" if factor < 100 else f"{factor:,.0f}×"
+
+
+def _index(flat: int, shape: tuple[int, ...]) -> str:
+    idx = []
+    for size in reversed(shape):
+        idx.append(flat % size)
+        flat //= size
+    return "[" + ", ".join(str(i) for i in reversed(idx)) + "]"
+
+
+def _short_repr(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _short(t: torch.Tensor, n: int = 6) -> str:
     flat = t.flatten().tolist()
-    body = ", ".join(_fmt(v) if isinstance(v, float) else str(v) for v in flat[:n])
+    body = ", ".join(_fmt(v) for v in flat[:n])
     more = ", ..." if len(flat) > n else ""
     return f"tensor of shape {tuple(t.shape)} [{body}{more}]"

@@ -10,9 +10,13 @@ A student edition ends each exercise with a check cell::
 notebook's own variables, offline: the tests ship inside the kit (``course_utils/practice_data/``,
 written by ``make notebooks`` from the lesson sources), so neither JupyterLab nor Colab needs a
 tests folder. It answers in sentences: "not attempted" while an answer is still ``...``; for a
-failing ``assert left == right, hint`` both sides with their values and the hint; for any other
-error the exception and the test line that raised it. Hidden tests are not shipped: graded runs
-(``tools/grade.py``) may check more cases.
+failing ``assert left == right, hint`` the side computed from the learner's answer, its value,
+how it misses (direction and factor for numbers, where for sequences) and the hint; for a failing
+``check_*`` its message; for any other error the exception and the test line that raised it.
+Feedback never shows the expected value (the side of a comparison that does not come from the
+answer, the arguments of a ``check_*`` after the answer): a wrong try must not give away a
+predict-then-measure answer; ``reveal`` is the way to see a solution. Hidden tests are not
+shipped: graded runs (``tools/grade.py``) may check more cases.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from .exercises import is_unanswered
+from .exercises import _is_number, describe_difference, describe_miss, is_unanswered
 
 __all__ = ["Exercises", "CheckResult", "load_lesson"]
 
@@ -89,7 +93,8 @@ class Exercises:
             return CheckResult(name, NOT_ATTEMPTED, 0, len(q["public_tests"]), [
                 f"{name}: not attempted yet — {missing}. Write your answer in the cell above, "
                 "run that cell, then run this check again."])
-        failures = [f for f in (_run_test(src, dict(ns)) for src in q["public_tests"]) if f]
+        failures = [f for f in (_run_test(src, dict(ns), q["answer_names"])
+                                for src in q["public_tests"]) if f]
         total = len(q["public_tests"])
         if not failures:
             return CheckResult(name, PASSED, total, total, [
@@ -135,50 +140,99 @@ def _body_is_ellipsis(fn: Any) -> bool:
     return True
 
 
-def _run_test(src: str, ns: dict) -> list[str]:
+def _run_test(src: str, ns: dict, answer_names: list[str] = ()) -> list[str]:
     """Execute one public test cell statement by statement in ``ns``; [] if it passes, else
-    feedback lines for the first statement that fails."""
+    feedback lines for the first statement that fails. ``answer_names`` (and every name a
+    statement assigns from them) mark what is the learner's: only that side of a comparison is
+    shown."""
     try:
         tree = ast.parse(src)
     except SyntaxError as err:  # a broken test is our bug, say so rather than blame the learner
         return [f"  ✗ this check does not parse ({err}); please report it"]
+    yours = set(answer_names)
     for stmt in tree.body:
         text = ast.get_source_segment(src, stmt) or ast.unparse(stmt)
         try:
             if isinstance(stmt, ast.Assert) and _is_simple_compare(stmt.test):
-                failed = _compare(stmt, ns)
+                failed = _compare(stmt, ns, yours)
                 if failed:
                     return failed
             else:
                 exec(compile(ast.Module([stmt], []), "<check>", "exec"), ns)
         except AssertionError as err:
-            return [f"  ✗ {_first_line(text)}", f"    {err}" if str(err) else "    (assert failed)"]
+            return [f"  ✗ {_headline(stmt, text)}", f"    {err}" if str(err) else "    (assert failed)"]
         except Exception as err:  # the learner's code raised: show what and where
-            return [f"  ✗ {_first_line(text)}", f"    raised {type(err).__name__}: {err}",
+            return [f"  ✗ {_headline(stmt, text)}", f"    raised {type(err).__name__}: {err}",
                     *_learner_frame(err)]
+        if _names(stmt) & yours:     # computed from the answer: the learner's too
+            yours |= _stored(stmt)
     return []
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _stored(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _headline(stmt: ast.stmt, text: str) -> str:
+    """The failing statement as shown: a ``check_*(answer, expected, ...)`` call as
+    ``check_*(answer, …)`` (its later arguments may spell the expected value), else its first
+    line."""
+    call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+    if call is not None and call.args:
+        func = call.func.id if isinstance(call.func, ast.Name) else \
+            call.func.attr if isinstance(call.func, ast.Attribute) else ""
+        if func.startswith("check_"):
+            return _first_line(f"{func}({ast.unparse(call.args[0])}, …)")
+    return _first_line(text)
 
 
 def _is_simple_compare(test: ast.expr) -> bool:
     return isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _COMPARE
 
 
-def _compare(stmt: ast.Assert, ns: dict) -> list[str]:
-    """Evaluate both sides of ``assert left OP right, hint`` once; feedback lines if it fails."""
+_OP = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+
+
+def _compare(stmt: ast.Assert, ns: dict, yours: set[str]) -> list[str]:
+    """Evaluate both sides of ``assert left OP right, hint`` once; feedback lines if it fails:
+    the side computed from the learner's answer with its value and how it misses, never the
+    other side's value."""
     test = stmt.test
-    left, right = (eval(compile(ast.Expression(e), "<check>", "eval"), ns)
-                   for e in (test.left, test.comparators[0]))
+    sides = (test.left, test.comparators[0])
+    left, right = (eval(compile(ast.Expression(e), "<check>", "eval"), ns) for e in sides)
     ok = _COMPARE[type(test.ops[0])](left, right)
     if bool(getattr(ok, "all", lambda: ok)()):
         return []
-    op = {ast.Eq: "", ast.NotEq: "!= ", ast.Lt: "< ", ast.LtE: "<= ", ast.Gt: "> ",
-          ast.GtE: ">= "}[type(test.ops[0])]
-    lines = [f"  ✗ {ast.unparse(test)}",
-             f"    got      {_show(left)}  ({ast.unparse(test.left)})",
-             f"    expected {op}{_show(right)}  ({ast.unparse(test.comparators[0])})"]
+    op = _OP[type(test.ops[0])]
+    mine = [bool(_names(e) & yours) for e in sides]
+    if mine[0] == mine[1]:   # both or neither side is the learner's: show no value
+        lines = [f"  ✗ {_first_line('assert ' + ast.unparse(test))}",
+                 "    this comparison does not hold"]
+    else:
+        i = 0 if mine[0] else 1
+        value, other = (left, right) if i == 0 else (right, left)
+        expr = ast.unparse(sides[i])
+        shown = (f"{expr} {op} …" if i == 0 else f"… {op} {expr}")
+        lines = [f"  ✗ assert {_first_line(shown)}", f"    yours: {_first_line(expr)} = {_show(value)}"]
+        if isinstance(test.ops[0], ast.Eq) and _is_number(value) and _is_number(other):
+            lines[-1] += f": {describe_miss(float(value), float(other), 'it must be exact')}"
+        elif isinstance(test.ops[0], ast.Eq):
+            diff = describe_difference(value, other)
+            if diff:
+                lines.append(f"    {diff}")
+        else:   # a bound, not an answer: its expression (never its value) says what was wanted
+            other_expr = ast.unparse(sides[1 - i])
+            lines.append(f"    it should be {op if i == 0 else _FLIP[op]} {_first_line(other_expr)}")
     if stmt.msg is not None:
         lines.append(f"    hint: {eval(compile(ast.Expression(stmt.msg), '<check>', 'eval'), ns)}")
     return lines
+
+
+_FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
 def _learner_frame(err: BaseException) -> list[str]:
@@ -192,7 +246,7 @@ def _learner_frame(err: BaseException) -> list[str]:
 
 
 def _first_line(text: str) -> str:
-    first = text.strip().split("\n")[0]
+    first = text.strip().split("\n")[0].rstrip("\\").rstrip()
     return first if len(first) <= 100 else first[:97] + "..."
 
 

@@ -143,11 +143,12 @@ def test_check_says_not_attempted_for_the_skeleton_and_for_an_unrun_cell():
     assert r.status == "not attempted"
 
 
-def test_check_shows_got_expected_and_hint():
+def test_check_shows_the_answer_how_it_misses_and_the_hint_never_the_expected_value():
     r = _check("def adam_resident_bytes(n):\n    return 12 * n")
     shown = repr(r)
     assert r.status == "failed" and (r.passed, r.total) == (0, 1)
-    assert "got      12,000" in shown and "expected 16,000" in shown
+    assert "yours: adam_resident_bytes(1000) = 12,000: 25.0% too small" in shown
+    assert "16,000" not in shown and "16000" not in shown and "16 * 1000" not in shown
     assert "hint: weights, gradients and two moments" in shown
     assert 'exercises.reveal("q3_adam_resident")' in shown
 

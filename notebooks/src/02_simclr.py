@@ -938,6 +938,10 @@ assert caching_gain > 2 and tiling_gain > 2, "each method more than doubles the 
 # parameters cell, so your numbers are your own; the encoder of the exercises is this lesson's
 # `SmallResNet` + projection head at width 4 on 8-pixel images, whatever the scale (small, so
 # that the checks take seconds).
+#
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 from course_utils.exercises import check_close
@@ -979,8 +983,8 @@ def _check_gc_prediction(formula, n, chunk):
     loss_bytes = _exercise_loss_kept(n)
     per_view_bytes = (_exercise_kept(n) - loss_bytes) / (2 * n)      # the encoder's share, per view
     check_close(formula(per_view_bytes, chunk, loss_bytes), _exercise_kept(n, chunks=n // chunk), rtol=0.02,
-                what=f"kept for backward by gradient caching, N={n} in chunks of {chunk} "
-                     f"(per view {per_view_bytes:,.0f} B, loss {loss_bytes:,} B)")
+                what=f"kept for backward by gradient caching, N={n} in chunks of {chunk} (your function "
+                     "of the measured per-view and loss bytes)")
     return 2 * chunk * per_view_bytes > loss_bytes
 
 
@@ -1051,7 +1055,8 @@ check_close(accumulated_aligned_loss, _aligned_step_loss(task.batch, task.accumu
 # ℓᵢ = −s_{i,p(i)}/T + log Σ_{j∉{i, p(i)}} exp(s_ij/T), so only the 2N−2 negatives compete.
 # Write `decoupled_nt_xent(z1, z2, temperature)` (z1, z2: N×d, mean over the 2N anchors). The
 # tests use the two exact constructions of the evidence section (orthogonal and aligned
-# embeddings) and compare with the kit's `nt_xent_loss` on the same embeddings.
+# embeddings) and compare with the kit's `nt_xent_loss` on the same embeddings; on random
+# embeddings they check that swapping the two views or rescaling embeddings changes nothing.
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -1085,6 +1090,18 @@ for _z1, _z2, _name in [(_eye[:task.batch], _eye[task.batch:], "orthogonal"),
     check_close(float(decoupled_nt_xent(_z1, _z2, task.temperature)), _plain + math.log(1 - math.exp(-_plain)),
                 rtol=1e-9, what=f"decoupled loss of the {_name} construction, N={task.batch}, "
                 f"T={task.temperature}: the 2N−2 negatives alone in the denominator")
+# Random embeddings of uneven lengths: the loss is a mean over all 2N anchors, both views, of
+# cosine similarities, so swapping the views or rescaling an embedding must not change it.
+_gen = torch.Generator().manual_seed(4)
+_r1, _r2 = (torch.randn(task.batch, 16, generator=_gen, dtype=torch.float64) for _ in range(2))
+_lengths = torch.rand(task.batch, 1, generator=_gen, dtype=torch.float64) * 3 + 0.2
+_random = float(decoupled_nt_xent(_r1, _r2, task.temperature))
+check_close(float(decoupled_nt_xent(_r2, _r1, task.temperature)), _random, rtol=1e-9,
+            what="decoupled loss with the two views swapped, vs your loss of random embeddings (is every "
+                 "one of the 2N anchors, from both views, in the mean?)")
+check_close(float(decoupled_nt_xent(_r1 * _lengths, _r2, task.temperature)), _random, rtol=1e-9,
+            what="decoupled loss with view 1's embeddings rescaled, vs your loss of random embeddings "
+                 "(similarities are cosines: are the embeddings L2-normalised?)")
 
 # %%
 # HIDDEN

@@ -757,6 +757,10 @@ if cfg.shuffle_loss_gap_max is not None:   # CI: a handful of steps, nothing to 
 # Three predictions, each checked against a live measurement: the test builds what the question
 # describes, runs the kit on it and compares. The configuration is yours, drawn from `STUDENT_ID`
 # (with no ID it is the lesson's own):
+#
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 from course_utils.exercises import check_close
@@ -864,7 +868,8 @@ check_close(predicted_resident_bytes, _rec.resident_bytes, rtol=0,
 # `task.max_age` steps. Write `smallest_batch(queue_size, max_age)`: the smallest batch B for
 # which the queue never holds a key older than `max_age` enqueue calls. Careful where B does not
 # divide K. The test feeds the kit's `FeatureQueue` batches of your B, and of B − 1, and
-# measures the oldest key's age.
+# measures the oldest key's age, for your configuration and for K = 100 keys no older than 7
+# steps.
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -890,6 +895,12 @@ assert measured_oldest_key_age(task.queue_size, _b) <= task.max_age, \
     f"with B={_b} the queue holds keys older than {task.max_age} steps: B is too small"
 assert _b == 1 or measured_oldest_key_age(task.queue_size, _b - 1) > task.max_age, \
     f"B={_b - 1} also keeps every key within {task.max_age} steps: B={_b} is not the smallest"
+# and a queue whose size the age limit does not divide: K = 100 keys, none older than 7 steps
+_b = smallest_batch(100, 7)
+assert isinstance(_b, int) and measured_oldest_key_age(100, _b) <= 7, \
+    f"K=100, at most 7 steps old: with B={_b!r} the queue holds older keys (B too small, or not a whole number)"
+assert _b == 1 or measured_oldest_key_age(100, _b - 1) > 7, \
+    f"K=100, at most 7 steps old: B={_b - 1} also keeps every key that young, so B={_b} is not the smallest"
 
 # %%
 # HIDDEN
@@ -914,8 +925,9 @@ for _k, _a, _batch in _cases:
 # **Exercise 3 — predict, then measure: how slowly does the key encoder follow?** Hold the query
 # encoder still and apply the momentum update θ_k ← m·θ_k + (1 − m)·θ_q again and again. Write
 # `updates_to_close_half(m)`: the number of updates after which the key encoder has closed at
-# least half of its gap to the query encoder (for your configuration, m = `task.momentum`). The
-# test calls the kit's `MoCo.momentum_update` until half the gap is closed and counts.
+# least half of its gap to the query encoder (for your configuration, m = `task.momentum`, and
+# for m = 0.75). The test calls the kit's `MoCo.momentum_update` until half the gap is closed and
+# counts.
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -936,6 +948,9 @@ def updates_to_close_half(m):
 # %%
 check_close(updates_to_close_half(task.momentum), measured_updates_to_close_half(task.momentum), rtol=0,
             what=f"momentum updates to close half the gap at m={task.momentum}")
+check_close(updates_to_close_half(0.75), measured_updates_to_close_half(0.75), rtol=0,
+            what="momentum updates to close half the gap at m=0.75 (a whole number of updates: the "
+                 "first after which at least half the gap is closed)")
 
 # %%
 # HIDDEN

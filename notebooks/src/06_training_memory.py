@@ -340,6 +340,10 @@ plt.show()
 # section 3's `cfg.example`), an optimizer `task.optimizer`, and a preset model, sequence length
 # and GPU for the last question. The first two checks build your TinyGPT and measure one step
 # with `measure_tinygpt`, as section 4 did.
+#
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 from course_utils.variants import exercise_variant
@@ -358,19 +362,19 @@ task
 
 # %% [markdown]
 # **Exercise 1 — predict, then measure.** Your TinyGPT trains in fp32 with `task.optimizer`
-# (a name in `course_utils.optim.OPTIMIZERS`). Write
-# `resident_bytes(layers, hidden, vocab, seq, optimizer)`: the bytes of weights, gradients and
-# optimizer state after a step (`tinygpt_param_count` counts the parameters). The check measures
-# your configuration's `param_bytes + grad_bytes + optimizer_bytes` after two steps; the answer
-# must be exact.
+# (a name in `course_utils.optim.OPTIMIZERS`). Write `resident_bytes(n_params, optimizer)`: the
+# bytes of weights, gradients and optimizer state after a step of a model with `n_params` fp32
+# parameters trained with `optimizer`. The check counts your TinyGPT's parameters with
+# `tinygpt_param_count`, passes that count to your function and compares with your
+# configuration's measured `param_bytes + grad_bytes + optimizer_bytes` after two steps; the
+# answer must be exact.
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def resident_bytes(layers, hidden, vocab, seq, optimizer):
+def resident_bytes(n_params, optimizer):
     # BEGIN SOLUTION
-    n_params = tinygpt_param_count(layers, hidden, vocab, seq)
     state_per_param = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8}[optimizer]  # fp32 buffers
     return n_params * (4 + 4 + state_per_param)     # weight + gradient + optimizer state
     # END SOLUTION
@@ -384,7 +388,7 @@ def resident_bytes(layers, hidden, vocab, seq, optimizer):
 # %%
 _rec, _ = measure_tinygpt(task.layers, task.hidden, task.heads, task.vocab, task.seq, task.batch,
                           optimizer=task.optimizer, steps=2)
-check_close(resident_bytes(task.layers, task.hidden, task.vocab, task.seq, task.optimizer),
+check_close(resident_bytes(tinygpt_param_count(task.layers, task.hidden, task.vocab, task.seq), task.optimizer),
             _rec.param_bytes + _rec.grad_bytes + _rec.optimizer_bytes, rtol=0,
             what=f"resident bytes of your TinyGPT with {task.optimizer}")
 
@@ -393,7 +397,7 @@ check_close(resident_bytes(task.layers, task.hidden, task.vocab, task.seq, task.
 for _cfg, _opt in (((1, 32, 2, 50, 16, 2), "sgd"), ((3, 48, 8, 64, 24, 4), "sgd-momentum"),
                    ((2, 96, 4, 128, 48, 2), "adamw")):
     _hrec, _ = measure_tinygpt(*_cfg, optimizer=_opt, steps=2)
-    check_close(resident_bytes(_cfg[0], _cfg[1], _cfg[3], _cfg[4], _opt),
+    check_close(resident_bytes(tinygpt_param_count(_cfg[0], _cfg[1], _cfg[3], _cfg[4]), _opt),
                 _hrec.param_bytes + _hrec.grad_bytes + _hrec.optimizer_bytes, rtol=0,
                 what=f"resident bytes of TinyGPT{_cfg} with {_opt}")
 
@@ -461,23 +465,17 @@ for _cfg in ((1, 32, 2, 50, 16, 2), (3, 48, 8, 64, 24, 4), (2, 96, 4, 128, 48, 5
 # %% [markdown]
 # **Exercise 3 — search.** Using `M.what_fits`, find the largest batch (1–64) at which
 # `task.model` trains with mixed-precision AdamW at sequence `task.gpt_seq` on a `task.gpu`
-# (`precision=None`: the device's own, fp16 where there is no bf16); return 0 if none fits. Write
-# `largest_batch(model, seq, device, recompute="none")`, then compare `recompute="full"` in a
-# cell of your own. The check holds your batch against `what_fits` itself: it must fit, and one
-# more must not (unless you answered 64 or 0).
+# (`precision=None`: the device's own, fp16 where there is no bf16), without recomputation and
+# with `recompute="full"`; 0 where none fits. Search in cells of your own, then set
+# `largest_batches = {"none": ..., "full": ...}` to the two batches (whole numbers). The check
+# holds each against `what_fits` itself: it must fit, and one more must not (unless you answered
+# 64 or 0). How many more sequences does full recomputation buy?
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def largest_batch(model, seq, device, recompute="none"):
-    # BEGIN SOLUTION
-    best = 0
-    for batch in range(1, 65):
-        if M.what_fits(model, batch=batch, seq=seq, device=device, recompute=recompute)["fits"]:
-            best = batch
-    return best
-    # END SOLUTION
+largest_batches = {mode: max([b for b in range(1, 65) if M.what_fits(task.model, batch=b, seq=task.gpt_seq, device=task.gpu, recompute=mode)["fits"]], default=0) for mode in ("none", "full")}  # SOLUTION
 
 # %% [raw]
 # # END SOLUTION
@@ -486,21 +484,27 @@ def largest_batch(model, seq, device, recompute="none"):
 # # BEGIN TESTS
 
 # %%
-_b = largest_batch(task.model, task.gpt_seq, task.gpu)
-_fits = [_b == 0 or M.what_fits(task.model, batch=_b, seq=task.gpt_seq, device=task.gpu)["fits"],
-         _b < 64 and M.what_fits(task.model, batch=_b + 1, seq=task.gpt_seq, device=task.gpu)["fits"]]
-check_equal(_fits, [True, False],
-            what=f"[your batch {_b} fits, one more fits] for {task.model} at seq {task.gpt_seq} on a {task.gpu}")
+assert isinstance(largest_batches, dict) and set(largest_batches) == {"none", "full"}, \
+    f'largest_batches must be a dict with the keys "none" and "full", got {largest_batches!r}'
+for _mode, _b in largest_batches.items():
+    assert isinstance(_b, int) and 0 <= _b <= 64, \
+        f"largest_batches[{_mode!r}] must be a whole number from 0 to 64, got {_b!r}"
+    assert _b == 0 or M.what_fits(task.model, batch=_b, seq=task.gpt_seq, device=task.gpu,
+                                  recompute=_mode)["fits"], \
+        f"recompute={_mode!r}: batch {_b} does not fit {task.model} at seq {task.gpt_seq} on a {task.gpu}: too large"
+    assert _b == 64 or not M.what_fits(task.model, batch=_b + 1, seq=task.gpt_seq, device=task.gpu,
+                                       recompute=_mode)["fits"], \
+        f"recompute={_mode!r}: batch {_b + 1} still fits {task.model} at seq {task.gpt_seq} on a {task.gpu}: " \
+        f"{_b} is not the largest"
 
 # %%
 # HIDDEN
-for _model, _seq, _gpu, _recompute in (("GPT-2 medium (350M)", 1024, "T4 (Colab) 16 GB", "full"),
-                                       ("GPT-2 XL (1.5B)", 1024, "T4 (Colab) 16 GB", "none"),
-                                       ("GPT-2 small (124M)", 512, "L4 24 GB", "selective")):
-    _expected = max([b for b in range(1, 65) if M.what_fits(_model, batch=b, seq=_seq, device=_gpu,
-                                                           recompute=_recompute)["fits"]], default=0)
-    check_equal(largest_batch(_model, _seq, _gpu, _recompute), _expected,
-                what=f"largest batch for {_model}, seq {_seq}, {_gpu}, recompute={_recompute}")
+# the same search, every batch from 1 to 64 (not only your answer and one more)
+for _mode in ("none", "full"):
+    _fitting = [b for b in range(1, 65) if M.what_fits(task.model, batch=b, seq=task.gpt_seq,
+                                                       device=task.gpu, recompute=_mode)["fits"]]
+    check_equal(largest_batches[_mode], max(_fitting, default=0),
+                what=f"largest batch for {task.model}, seq {task.gpt_seq}, {task.gpu}, recompute={_mode}")
 
 # %% [raw]
 # # END TESTS

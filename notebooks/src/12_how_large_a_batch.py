@@ -790,6 +790,10 @@ print(f"N = {len(train)}; largest batch {int(B[-1])} = {B[-1] / len(train):.0%} 
 # initialization), a large share of the training set, and a per-device batch. The checks
 # build your model and measure its gradients live (`bs.exact_noise_scale` for |G|² and tr Σ, and
 # the mean over random batches of the quantity you predict).
+#
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 from course_utils.variants import exercise_variant
@@ -819,20 +823,20 @@ def batch_gradient(model, rows):
 
 # %% [markdown]
 # **Exercise 1 — predict, then measure.** A batch gradient is the true gradient plus noise whose
-# covariance shrinks as 1/B. From a measured `bs.NoiseScale` (fields `grad_sq` = |G|² and
-# `trace_cov` = tr Σ) predict the expected squared norm of the gradient of a batch of `batch`
-# examples drawn at random *with* replacement: `expected_batch_grad_sq(noise, batch)`. The check
-# measures your model's noise scale, then the mean of |G_B|² over 300 random batches of
-# `task.batch`, and compares within 10% (the sampling error of that mean is a few percent; at
-# your batch, leaving out either term misses by more than 25%).
+# covariance shrinks as 1/B. From a measured |G|² (`grad_sq`) and tr Σ (`trace_cov`), the fields
+# of a `bs.NoiseScale`, predict the expected squared norm of the gradient of a batch of `batch`
+# examples drawn at random *with* replacement: `expected_batch_grad_sq(grad_sq, trace_cov, batch)`.
+# The check measures your model's noise scale, passes its two fields, then measures the mean of
+# |G_B|² over 300 random batches of `task.batch`, and compares within 10% (the sampling error of
+# that mean is a few percent; at your batch, leaving out either term misses by more than 25%).
 
 # %% [raw]
 # # BEGIN SOLUTION
 
 # %%
-def expected_batch_grad_sq(noise, batch):
+def expected_batch_grad_sq(grad_sq, trace_cov, batch):
     # BEGIN SOLUTION
-    return noise.grad_sq + noise.trace_cov / batch
+    return grad_sq + trace_cov / batch
     # END SOLUTION
 
 # %% [raw]
@@ -847,14 +851,14 @@ _noise = bs.exact_noise_scale(_model, images, labels)
 _gen = torch.Generator().manual_seed(0)
 _norms = [batch_gradient(_model, torch.randint(len(images), (task.batch,), generator=_gen).to(images.device))
           .square().sum().item() for _ in range(300)]
-check_close(expected_batch_grad_sq(_noise, task.batch), float(np.mean(_norms)), rtol=0.1,
+check_close(expected_batch_grad_sq(_noise.grad_sq, _noise.trace_cov, task.batch), float(np.mean(_norms)), rtol=0.1,
             what=f"predicted vs measured mean |G_B|² at batch {task.batch}, your model")
 
 # %%
 # HIDDEN
-check_close(expected_batch_grad_sq(bs.NoiseScale(2.8, 2.5, 7.0), 10**9), 2.5, rtol=1e-6,
+check_close(expected_batch_grad_sq(2.5, 7.0, 10**9), 2.5, rtol=1e-6,
             what="a huge batch sees the true gradient")
-check_close(expected_batch_grad_sq(bs.NoiseScale(2.0, 3.0, 6.0), 4), 4.5, rtol=1e-12,
+check_close(expected_batch_grad_sq(3.0, 6.0, 4), 4.5, rtol=1e-12,
             what="|G|² = 3, tr Σ = 6, batch 4")
 
 # %% [raw]
@@ -872,8 +876,8 @@ check_close(expected_batch_grad_sq(bs.NoiseScale(2.0, 3.0, 6.0), 4), 4.5, rtol=1
 # **Exercise 2 — predict, then measure.** The training batches (`train.batches`) are drawn
 # *without* replacement, and section 2 said the noise term then shrinks, most when B is a large
 # share of the N examples. Predict the mean squared noise E|G_B − G|² of a batch of `batch`
-# distinct examples drawn from `n`: `noise_without_replacement(noise, batch, n)`. (Hint: what is
-# it when `batch == n`? when `batch == 1`?) The check measures it for your model at
+# distinct examples drawn from `n`, given tr Σ: `noise_without_replacement(trace_cov, batch, n)`.
+# (Hint: what is it when `batch == n`? when `batch == 1`?) The check measures it for your model at
 # B = `task.big_batch` out of the N training images: the mean of |G_B − G|² over 200 random
 # batches, G the full-dataset gradient, within 10%. Exercise 1's answer would miss by the
 # factor you are asked for.
@@ -882,9 +886,9 @@ check_close(expected_batch_grad_sq(bs.NoiseScale(2.0, 3.0, 6.0), 4), 4.5, rtol=1
 # # BEGIN SOLUTION
 
 # %%
-def noise_without_replacement(noise, batch, n):
+def noise_without_replacement(trace_cov, batch, n):
     # BEGIN SOLUTION
-    return noise.trace_cov / batch * (n - batch) / (n - 1)   # finite-population correction
+    return trace_cov / batch * (n - batch) / (n - 1)   # finite-population correction
     # END SOLUTION
 
 # %% [raw]
@@ -900,16 +904,16 @@ _full = batch_gradient(_model, torch.arange(len(images), device=images.device))
 _gen = torch.Generator().manual_seed(0)
 _noise_sq = [(batch_gradient(_model, torch.randperm(len(images), generator=_gen)[:task.big_batch].to(images.device))
               - _full).square().sum().item() for _ in range(200)]
-check_close(noise_without_replacement(_noise, task.big_batch, len(images)), float(np.mean(_noise_sq)),
+check_close(noise_without_replacement(_noise.trace_cov, task.big_batch, len(images)), float(np.mean(_noise_sq)),
             rtol=0.1, what=f"predicted vs measured E|G_B − G|², {task.big_batch} of {len(images)} images without replacement")
 
 # %%
 # HIDDEN
 _model = task_model()
 _noise = bs.exact_noise_scale(_model, images, labels)
-check_close(noise_without_replacement(_noise, len(images), len(images)), 0.0, atol=1e-9 * _noise.trace_cov,
+check_close(noise_without_replacement(_noise.trace_cov, len(images), len(images)), 0.0, atol=1e-9 * _noise.trace_cov,
             what="the whole dataset as one batch has no noise")
-check_close(noise_without_replacement(_noise, 1, len(images)), _noise.trace_cov, rtol=1e-9,
+check_close(noise_without_replacement(_noise.trace_cov, 1, len(images)), _noise.trace_cov, rtol=1e-9,
             what="one example: the full per-example variance tr Σ")
 
 # %% [raw]
@@ -958,8 +962,8 @@ _b_simple = bs.exact_noise_scale(task_model(), images, labels).b_simple
 _b = task.per_device_batch
 _n = devices_that_pay(_b_simple, _b)
 assert isinstance(_n, int) and _n >= 1, f"devices_that_pay must return a whole number >= 1, got {_n!r}"
-assert _n == 1 or _n * _b <= _b_simple, f"{_n} devices of {_b} exceed your B_simple {_b_simple:.1f}"
-assert (_n + 1) * _b > _b_simple, f"{_n + 1} devices of {_b} still fit under your B_simple {_b_simple:.1f}"
+assert _n == 1 or _n * _b <= _b_simple, f"{_n} devices of {_b} exceed your B_simple: too many"
+assert (_n + 1) * _b > _b_simple, f"{_n + 1} devices of {_b} still fit under your B_simple: {_n} is not the largest"
 check_close(step_speedup(_b_simple, _b, _n), (1 + _b_simple / _b) / (1 + _b_simple / (_n * _b)), rtol=1e-9,
             what=f"step speed-up of {_n} devices of batch {_b} at your B_simple (S ∝ 1 + B_noise/B)")
 assert step_speedup(_b_simple, _b, _n) >= _n / 2 - 1e-9, "up to the knee the speed-up is at least half the ideal"

@@ -325,6 +325,10 @@ assert not torch.equal(moco[0]["own_keys"], moco[1]["own_keys"])
 # your configuration in a *fake* process group (`course_utils.ledger.fake_world`): this process
 # plays rank 0 of `task.ranks`, DDP and the kit's gathers issue their real collectives, and the
 # ledger counts them (`record.comm_bytes`) without moving data.
+#
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 from course_utils.distributed.comm_count import allreduce_mean_hook
@@ -347,9 +351,10 @@ task
 # does not divide evenly (the last batch of an epoch, `drop_last=False`), rank r gets B_r rows.
 # Write `average_uneven_gradients(shard_grads, shard_sizes)`: given one list of gradient tensors
 # per rank, each the gradient of that rank's *mean* loss over its B_r rows, return the gradient of
-# the mean loss over all rows. The check splits the lesson's batch `x, y` into
-# `task.shard_sizes` rows, computes each shard's gradient of the lesson's `model`, and compares
-# your result with the full-batch gradient `full_grad` (to fp32 rounding).
+# the mean loss over all rows. The check splits a batch of 16 rows like the lesson's `x, y` (drawn
+# afresh, for a freshly seeded MLP of the lesson's kind) into `task.shard_sizes` rows, computes
+# each shard's gradient, and compares your result with that batch's full gradient (to fp32
+# rounding).
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -369,19 +374,26 @@ def average_uneven_gradients(shard_grads, shard_sizes):
 # # BEGIN TESTS
 
 # %%
-_grads = [torch.autograd.grad(F.mse_loss(model(xs), ys), list(model.parameters()))
-          for xs, ys in zip(x.split(list(task.shard_sizes)), y.split(list(task.shard_sizes)))]
+# a batch and a model of the lesson's kind, measured here (not the lesson's own x, y and full_grad)
+_model = toys.make_mlp(16, 32, 4, seed=7)
+_x, _y = toys.global_batch(1, 16, 16, 4, seed=7)
+_full = torch.autograd.grad(F.mse_loss(_model(_x), _y), list(_model.parameters()))
+_grads = [torch.autograd.grad(F.mse_loss(_model(xs), ys), list(_model.parameters()))
+          for xs, ys in zip(_x.split(list(task.shard_sizes)), _y.split(list(task.shard_sizes)))]
 check_close(torch.cat([g.flatten() for g in average_uneven_gradients(_grads, list(task.shard_sizes))]),
-            torch.cat([g.flatten() for g in full_grad]), rtol=1e-5, atol=1e-7,
+            torch.cat([g.flatten() for g in _full]), rtol=1e-5, atol=1e-7,
             what=f"combined gradient of shards of {list(task.shard_sizes)} rows vs the full-batch gradient")
 
 # %%
 # HIDDEN
+_hmodel = toys.make_mlp(16, 32, 4, seed=8)
+_hx, _hy = toys.global_batch(2, 16, 16, 4, seed=8)
+_hfull = torch.autograd.grad(F.mse_loss(_hmodel(_hx), _hy), list(_hmodel.parameters()))
 for _sizes in ([1, 15], [8, 8], [2, 3, 5, 6], [16]):
-    _hgrads = [torch.autograd.grad(F.mse_loss(model(xs), ys), list(model.parameters()))
-              for xs, ys in zip(x.split(_sizes), y.split(_sizes))]
+    _hgrads = [torch.autograd.grad(F.mse_loss(_hmodel(xs), ys), list(_hmodel.parameters()))
+              for xs, ys in zip(_hx.split(_sizes), _hy.split(_sizes))]
     check_close(torch.cat([g.flatten() for g in average_uneven_gradients(_hgrads, _sizes)]),
-                torch.cat([g.flatten() for g in full_grad]), rtol=1e-5, atol=1e-7,
+                torch.cat([g.flatten() for g in _hfull]), rtol=1e-5, atol=1e-7,
                 what=f"combined gradient of shards of {_sizes} rows vs the full-batch gradient")
 
 # %% [raw]

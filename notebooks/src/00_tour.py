@@ -154,7 +154,7 @@ from course_utils.exercises import check_close
 from course_utils.variants import exercise_variant
 
 task = exercise_variant("00_tour", STUDENT_ID, image_size=(32, 16, 24, 48, 64),
-                        images=(100, 64, 200, 128, 50), batch=(16, 8, 24, 32, 48))
+                        images=(100, 64, 200, 128, 50), batch=(32, 8, 24, 64, 48))
 task
 
 # %% [raw]

@@ -297,6 +297,10 @@ widgets.interact(predicted_ledger, batch=widgets.IntSlider(64, 8, 512, 8),
 # ledger, and the test cells run the step with `measure` and compare, exactly (these are counts).
 # The worked example counted a two-layer MLP; the exercises go deeper, and your configuration is
 # drawn from `STUDENT_ID` (parameters cell), so your numbers are your own:
+#
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 from course_utils.exercises import check_close

@@ -630,6 +630,10 @@ print(f"not checked at {SCALE} scale: {', '.join(unchecked) or 'none'}")
 # kept-for-backward bytes and PyTorch's FLOP counter. The configuration (mask ratio, batch,
 # width, patch size of a 32-pixel image) is yours, drawn from `STUDENT_ID` (with no ID it is the
 # lesson's own):
+#
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 import math

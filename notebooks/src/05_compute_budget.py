@@ -718,6 +718,10 @@ if cfg.alloc_check:
 # checked against the ledger's FLOP counter on a live training step. The configuration (input
 # width, hidden width, classes, batch, budget) is yours, drawn from `STUDENT_ID` (with no ID it is
 # the allocation experiment's own: a 64-wide student at its default batch and middle budget):
+#
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 from course_utils.exercises import check_close

@@ -282,6 +282,10 @@ if fsdp_wire is not None:  # Linux: bytes the rank process wrote to its sockets
 # configuration in a *fake* process group (`course_utils.ledger.fake_world`): this process plays
 # rank 0 of `task.ranks`, DDP and FSDP2 wrap the model for real and issue their real collectives,
 # which the ledger counts without moving data, so 16 ranks cost no more than 2.
+#
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 from course_utils.experiments.toys import settings

@@ -472,6 +472,10 @@ assert orders["zb_h2"].idle(0) == orders["zb_h1"].idle(0) and h1_h2["zb_h2"] < h
 # Your exercises' configuration, drawn from `STUDENT_ID`: a pipeline of `task.stages` stages run
 # with `task.microbatches` micro-batches (F = 1, B = 2, as in section 3), and a bubble target.
 # The checks run the schedule simulator for your configuration: what it measures is the answer.
+#
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 from course_utils.variants import exercise_variant

@@ -468,6 +468,10 @@ assert hashes["killed and restarted"] == hashes["uninterrupted"], "the resumed r
 # run stops, a hidden width for the lesson's MLP, and a checkpoint interval with how many files
 # the `CheckpointManager` keeps. The checks run the kit for your configuration (the loop, the
 # checkpoint capture, the manager) and compare with what it does.
+#
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 from course_utils.train import TrainState

@@ -450,6 +450,10 @@ print(f"the ledger accounts for {needs_bytes(moco) / PUBLISHED['moco_gpu_bytes']
 # the last question a SimCLR global batch and a device size. The checks measure your
 # configuration with the kit, as section 3 did: `gpt_ledger` on fake tensors in a fake world of
 # `task.ranks` ranks.
+#
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 from course_utils.transformer import TinyGPT

@@ -438,70 +438,24 @@ def assert_readable_feedback(summary: str) -> None:
 
 # --------------------------------------------------------------------------- instructor workflow
 
-def test_instructor_grades_a_folder_to_csv(dist, tmp_path):
-    """docs/instructor.md's grading command on tests/fixtures/submissions (one right, one blank)."""
-    zip_path = assigned(dist, SAMPLE) / f"{SAMPLE}-autograder.zip"
+def test_instructor_doc_names_the_grading_command():
+    """The command itself runs over a whole class in tests/test_grading_sandbox.py."""
     doc = (ROOT / "docs" / "instructor.md").read_text()
     assert "python tools/grade.py" in doc and "--timeout" in doc and "scores.csv" in doc
-    out = tmp_path / "grades"
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "grade.py"), str(zip_path),
-                           str(FIXTURES / "submissions"), "--out", str(out), "--timeout", "300"],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = {r["submission"]: r for r in csv.DictReader(open(out / "scores.csv"))}
-    assert set(rows) == {"alice_correct.ipynb", "bob_blank.ipynb"}
-    alice, bob = rows["alice_correct.ipynb"], rows["bob_blank.ipynb"]
-    assert alice["status"] == bob["status"] == "ok"
-    assert float(alice["q1_param_bytes"]) == 1 and float(alice["q2_adam_ratio"]) == 2
-    assert float(alice["q3_variant_resident_bytes"]) == 1
-    assert float(alice["total"]) == float(alice["possible"]) == 4
-    assert float(bob["total"]) == 0 and float(bob["possible"]) == 4
-    feedback = (out / "feedback" / "bob_blank.txt").read_text()
-    assert "not answered yet" in feedback and "q2_adam_ratio: 0 / 2" in feedback
-    assert_readable_feedback(feedback)
-
-
-def test_variants_are_graded_per_student(dist, tmp_path):
-    """Two students answer their own variant of the sample's q3 with a typed number (what a
-    learner who predicted by hand hands in): each gets the point. A third hands in the first
-    student's number under their own name and does not: the grader checks each answer against
-    the live measurement for the configuration drawn from the submission's own name."""
-    from course_utils.variants import exercise_variant
-    folder = assigned(dist, SAMPLE)
-    zip_path = folder / f"{SAMPLE}-autograder.zip"
-    options = dict(d_in=(8, 16, 24, 32, 48), d_out=(4, 3, 5, 6, 7))  # as in tests/fixtures/98_sample.py
-    answer = {s: 16 * (v.d_in * v.d_out + v.d_out) for s in ("ada", "barbara", "linus")
-              for v in [exercise_variant(SAMPLE, s, **options)]}
-    assert len(set(answer.values())) == 3, f"pick students whose variants differ: {answer}"
-    handed_in = {"ada": answer["ada"], "barbara": answer["barbara"], "linus": answer["ada"]}
-    student = load(folder / "student" / f"{SAMPLE}.ipynb")
-    subs = tmp_path / "subs"
-    subs.mkdir()
-    for name, value in handed_in.items():
-        nb = json.loads(json.dumps(student))
-        for cell in nb["cells"]:
-            if "variant_resident_bytes" in source(cell) and \
-                    "otter_answer_cell" in cell["metadata"].get("tags", []):
-                cell["source"] = f"variant_resident_bytes = {value}"
-        (subs / f"{name}.ipynb").write_text(json.dumps(nb))
-    out = tmp_path / "grades"
-    grade.grade_folder(zip_path, subs, out, timeout=300, jobs=2)
-    rows = {r["submission"]: r for r in csv.DictReader(open(out / "scores.csv"))}
-    got = {n: float(rows[f"{n}.ipynb"]["q3_variant_resident_bytes"]) for n in handed_in}
-    assert got == {"ada": 1.0, "barbara": 1.0, "linus": 0.0}, got
-    feedback = (out / "feedback" / "linus.txt").read_text()
-    assert "graded as student 'linus'" in feedback and str(answer["linus"]) in feedback.replace(",", "")
 
 
 def test_grading_time_limit_kills_a_slow_submission(dist, tmp_path):
     zip_path = assigned(dist, SAMPLE) / f"{SAMPLE}-autograder.zip"
     r = grade.run_one(FIXTURES / "submissions" / "bob_blank.ipynb", zip_path, timeout=0.5,
                       scale="ci")
-    assert r["status"] == "timeout" and r["scores"] == {}
-    rows = [("bob_blank.ipynb", r), ("x.ipynb", {"status": "ok", "scores": {"q1": (1.0, 1.0)}})]
-    grade.write_csv(tmp_path / "s.csv", rows)
+    assert r["status"] == "timeout" and all(s == 0 for s, _ in r["scores"].values())
+    assert r["scores"] == {q: (0.0, p) for q, p in grade.questions(zip_path).items()}
+    rows = [("bob_blank.ipynb", r),
+            ("x.ipynb", {"status": "ok", "scores": {"q1_param_bytes": (1.0, 1.0)}})]
+    grade.write_csv(tmp_path / "s.csv", rows, grade.questions(zip_path))
     got = {r["submission"]: r for r in csv.DictReader(open(tmp_path / "s.csv"))}
-    assert got["bob_blank.ipynb"]["total"] == "0" and got["bob_blank.ipynb"]["possible"] == "1"
+    assert got["bob_blank.ipynb"]["total"] == "0" and got["bob_blank.ipynb"]["possible"] == "4"
+    assert got["x.ipynb"]["total"] == "1" and "killed after" in got["bob_blank.ipynb"]["reason"]
 
 
 def test_submission_of_another_lesson_is_refused(dist, tmp_path):

@@ -1,17 +1,24 @@
-"""Hostile submissions (tests/fixtures/hostile/, one per attack, on the 98_sample fixture lesson)
-graded together with an honest right and blank one by tools/grade.py: each attack ends as
-`timeout`, `error` or the score its real answers earn, the honest ones are graded right, no
-secret reaches the grades, and nothing outside the sandboxes' scratch folders changes."""
+"""One grader run over a class, as an instructor would grade it: honest submissions (right, blank,
+per-student variants, a file named in capitals), every hostile notebook in tests/fixtures/hostile/
+(one per attack, on the 98_sample fixture lesson), a symlinked submission and malformed files,
+all in one `tools/grade.py` command. Each attack ends as `timeout`, `error` or the score its real
+answers earn (0 for the forgeries), the honest ones are graded right, scores.csv has exactly the
+zip's question columns and a row for every file, no secret or host file reaches the grades, and
+nothing outside the sandboxes changes."""
 from __future__ import annotations
 
 import csv
 import hashlib
+import io
+import json
 import os
 import secrets
 import shutil
 import socket
+import subprocess
 import sys
 import threading
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -20,7 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 sys.path.insert(0, str(ROOT / "tools"))
 import assign  # noqa: E402
-import grade  # noqa: E402
 import sandbox  # noqa: E402
 from notebooks import render  # noqa: E402
 
@@ -29,8 +35,13 @@ needs_bwrap = pytest.mark.skipif(
     reason="bubblewrap (bwrap) missing or unusable: hostile submissions are only contained in "
            "its sandbox; `apt-get install bubblewrap` (.ci/run does)")
 
-# what each hostile notebook may end as: its real answers are those of alice's first two questions
-# (3 points; the hostile notebooks predate the sample's third, per-student question) or bob's (0)
+SAMPLE = "98_sample"
+QUESTIONS = ["q1_param_bytes", "q2_adam_ratio", "q3_variant_resident_bytes"]
+VARIANTS = dict(d_in=(8, 16, 24, 32, 48), d_out=(4, 3, 5, 6, 7))  # as in tests/fixtures/98_sample.py
+SCRATCH_BYTES = 256 * 2**20  # the sandboxes' in-memory scratch in this run (default 2 GiB)
+
+# file name -> what it may end as (status, total). The older hostile notebooks answer alice's first
+# two questions (3 points) or nothing; each newer one says its real answers in its first cell.
 EXPECTED = {
     "infinite_loop.ipynb": {("timeout", 0)},
     "fork_bomb.ipynb": {("timeout", 0), ("error", 0), ("ok", 3)},
@@ -41,8 +52,34 @@ EXPECTED = {
     "rewrite_grades.ipynb": {("ok", 0)},
     "fake_results.ipynb": {("ok", 0)},
     "monkeypatch.ipynb": {("ok", 0)},
+    # code in the trusted stage: each forged full marks before
+    "default_argument.ipynb": {("ok", 1)},
+    "builtin_shadow.ipynb": {("ok", 1)},
+    "forging_function.ipynb": {("ok", 0)},
+    # objects that lie
+    "lying_tensor.ipynb": {("ok", 2)},
+    "fake_ref.ipynb": {("ok", 1)},
+    # filesystem
+    "planted_symlink.ipynb": {("ok", 2)},
+    "disk_fill.ipynb": {("ok", 2)},
+    "mallory.ipynb": {("error", 0)},          # a symlink to the solutions notebook
+    # malformed files: each its own error row
+    "lone_surrogate.ipynb": {("ok", 1)},
+    "deep.ipynb": {("error", 0)},             # JSON nested 100,000 deep
+    " .ipynb": {("error", 0)},                # no ID
+    "encrypted.zip": {("error", 0)},
+    "odd_compression.zip": {("error", 0)},
+    "\\xff\\xfe.ipynb": {("error", 0)},        # a file name that is not UTF-8
+    "dup.ipynb": {("error", 0)},              # dup.ipynb and dup.zip: one ID, two files
+    "dup.zip": {("error", 0)},
+    "zoe.ipynb": {("error", 0)},              # a notebook of another lesson
+    # honest
     "alice_correct.ipynb": {("ok", 4)},
     "bob_blank.ipynb": {("ok", 0)},
+    "Carol.IPYNB": {("ok", 4)},               # graded as 'carol', suffix in capitals
+    "ada.ipynb": {("ok", 1)},                 # typed q3 answers of their own variant
+    "barbara.ipynb": {("ok", 1)},
+    "linus.ipynb": {("ok", 0)},               # ada's number handed in under linus's name
 }
 
 
@@ -82,54 +119,168 @@ class Listener:
                     self.accepted.append(b"")
 
 
-@needs_bwrap
-def test_hostile_submissions_are_contained(tmp_path, monkeypatch, capsys):
-    lesson = tmp_path / "98_sample.ipynb"
-    lesson.write_text(render(FIXTURES / "98_sample.py"))
-    dist = assign.assign(lesson, tmp_path / "dist", run_tests=False, quiet=True)
-    zip_path = dist / "98_sample-autograder.zip"
+def variant_answer(student: str) -> int:
+    from course_utils.variants import exercise_variant
+    v = exercise_variant(SAMPLE, student, **VARIANTS)
+    return 16 * (v.d_in * v.d_out + v.d_out)
+
+
+def zip_bytes(notebook: bytes, *, encrypted: bool = False, method: int | None = None) -> bytes:
+    """An otter-style export zip; ``encrypted`` sets the encryption flag, ``method`` writes an
+    unknown compression method number into the headers (zipfile can write neither)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("submission.ipynb", notebook)
+    data = bytearray(buf.getvalue())
+    for sig, flags_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        i = data.find(sig)
+        if encrypted:
+            data[i + flags_at] |= 0x1
+        if method is not None:
+            data[i + flags_at + 2:i + flags_at + 4] = method.to_bytes(2, "little")
+    return bytes(data)
+
+
+def class_folder(folder: Path, dist: Path, student: dict, port: int, canary: Path) -> None:
+    """Every submission of the run, written into ``folder``."""
+    for p in [*(FIXTURES / "hostile").glob("*.ipynb"), *(FIXTURES / "submissions").glob("*.ipynb")]:
+        text = p.read_text().replace("__PORT__", str(port)).replace("__CANARY__", str(canary))
+        (folder / p.name).write_text(text)
+    alice = (FIXTURES / "submissions" / "alice_correct.ipynb").read_bytes()
+    (folder / "Carol.IPYNB").write_bytes(alice)
+    (folder / "mallory.ipynb").symlink_to(dist / "autograder" / f"{SAMPLE}.ipynb")
+    (folder / "deep.ipynb").write_text('{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (folder / " .ipynb").write_bytes(alice)
+    (folder / "encrypted.zip").write_bytes(zip_bytes(alice, encrypted=True))
+    (folder / "odd_compression.zip").write_bytes(zip_bytes(alice, method=97))
+    with open(os.open(os.path.join(os.fsencode(folder), b"\xff\xfe.ipynb"),
+                      os.O_WRONLY | os.O_CREAT, 0o644), "wb") as f:
+        f.write(alice)
+    (folder / "dup.ipynb").write_bytes(alice)
+    (folder / "dup.zip").write_bytes(zip_bytes(alice))
+    other = json.loads(alice)
+    other["metadata"]["otter"]["assignment_name"] = "03_moco"
+    (folder / "zoe.ipynb").write_text(json.dumps(other))
+    handed_in = {"ada": variant_answer("ada"), "barbara": variant_answer("barbara"),
+                 "linus": variant_answer("ada")}
+    for name, value in handed_in.items():
+        nb = json.loads(json.dumps(student))
+        for cell in nb["cells"]:
+            if "otter_answer_cell" in cell["metadata"].get("tags", []) and \
+                    "variant_resident_bytes" in "".join(cell["source"]):
+                cell["source"] = f"variant_resident_bytes = {value}"
+        (folder / f"{name}.ipynb").write_text(json.dumps(nb))
+
+
+@pytest.fixture(scope="module")
+def class_run(tmp_path_factory):
+    """The instructor's one command over the whole class, with their secrets planted."""
+    tmp = tmp_path_factory.mktemp("class")
+    lesson = tmp / f"{SAMPLE}.ipynb"
+    lesson.write_text(render(FIXTURES / f"{SAMPLE}.py"))
+    dist = assign.assign(lesson, tmp / "dist", run_tests=False, quiet=True)
+    zip_path = dist / f"{SAMPLE}-autograder.zip"
+    student = json.loads((dist / "student" / f"{SAMPLE}.ipynb").read_text())
+    assert len({variant_answer(s) for s in ("ada", "barbara", "linus")}) == 3
 
     listener = Listener()
-    folder = tmp_path / "submissions"
+    canary_text = "canary-" + secrets.token_hex(16)
+    canary = tmp / "host_canary.txt"
+    canary.write_text(canary_text)
+    folder = tmp / "submissions"
     folder.mkdir()
-    for p in [*(FIXTURES / "hostile").glob("*.ipynb"), *(FIXTURES / "submissions").glob("*.ipynb")]:
-        shutil.copy(p, folder / p.name)
-    net = folder / "network.ipynb"
-    net.write_text(net.read_text().replace("__PORT__", str(listener.port)))
-    assert set(EXPECTED) == {p.name for p in folder.iterdir()}
+    class_folder(folder, dist, student, listener.port, canary)
+    names = {os.fsencode(p.name).decode("utf-8", "backslashreplace") for p in folder.iterdir()}
+    assert names == set(EXPECTED), names ^ set(EXPECTED)
 
     # the instructor's secrets: a file in a (fake) home and an environment variable
-    home = tmp_path / "home"
+    home = tmp / "home"
     home.mkdir()
-    canary, token = secrets.token_hex(16), secrets.token_hex(16)
-    (home / ".canary_secret").write_text(canary)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("GRADER_SECRET_TOKEN", token)
-    previous = tmp_path / "grades" / "00_previous"
+    token = secrets.token_hex(16)
+    (home / ".canary_secret").write_text(canary_text)
+    previous = tmp / "grades" / "00_previous"
     previous.mkdir(parents=True)
     (previous / "scores.csv").write_text("submission,status,total,possible\nx.ipynb,ok,3,3\n")
-
     watched = {home: True, folder: True, dist: True, previous: True, ROOT: False,
                Path(sys.prefix): False}
     before = {f: tree_digest(f, c) for f, c in watched.items()}
-    out = tmp_path / "grades" / "98"
-    grade.grade_folder(zip_path, folder, out, timeout=120, jobs=2)
-    printed = capsys.readouterr()
 
-    rows = {r["submission"]: r for r in csv.DictReader(open(out / "scores.csv"))}
+    out = tmp / "grades" / "98"
+    env = dict(os.environ, HOME=str(home), GRADER_SECRET_TOKEN=token)
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "grade.py"), str(zip_path),
+                           str(folder), "--out", str(out), "--timeout", "120", "--jobs", "2",
+                           "--scratch-mib", str(SCRATCH_BYTES >> 20)],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    after = {f: tree_digest(f, c) for f, c in watched.items()}
+    with open(out / "scores.csv", newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        header, rows = reader.fieldnames, {r["submission"]: r for r in reader}
+    return dict(proc=proc, out=out, header=header, rows=rows, canary=canary_text, token=token,
+                listener=listener,
+                changed={str(f): sorted(k for k in set(before[f]) | set(after[f])
+                                        if before[f].get(k) != after[f].get(k))[:10]
+                         for f in watched if after[f] != before[f]})
+
+
+@needs_bwrap
+def test_every_file_gets_the_score_its_real_answers_earn(class_run):
+    proc, rows = class_run["proc"], class_run["rows"]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     got = {name: (r["status"], float(r["total"])) for name, r in rows.items()}
-    wrong = {n: g for n, g in got.items() if g not in EXPECTED[n]}
-    assert not wrong, f"expected {EXPECTED}, got {got}"
-    assert all(float(r["possible"]) == 4 for r in rows.values())
+    wrong = {n: g for n, g in got.items() if g not in EXPECTED.get(n, ())}
+    assert not wrong and set(got) == set(EXPECTED), f"expected {EXPECTED}, got {got}"
+    assert rows["Carol.IPYNB"]["student"] == "carol"
+    # every error row says why
+    assert all(r["reason"] for r in rows.values() if r["status"] == "error")
 
-    assert not listener.accepted, f"a submission reached 127.0.0.1: {listener.accepted}"
-    for f in watched:
-        assert tree_digest(f, watched[f]) == before[f], f"{f} changed during grading"
-    for where in [printed.out, printed.err] + [p.read_text(errors="replace")
+
+@needs_bwrap
+def test_the_columns_are_the_zips(class_run):
+    """Names and points come from the autograder zip: a forged record cannot add a question
+    (forging_function writes q9_bonus) or change what is possible."""
+    assert class_run["header"] == ["submission", "student", "status", *QUESTIONS, "total",
+                                   "possible", "reason"]
+    rows = class_run["rows"].values()
+    assert all(float(r["possible"]) == 4 for r in rows)
+    assert all(0 <= float(r[q]) <= p for r in rows for q, p in zip(QUESTIONS, (1, 2, 1)))
+
+
+@needs_bwrap
+def test_nothing_leaks_and_nothing_outside_changes(class_run):
+    assert not class_run["listener"].accepted, \
+        f"a submission reached 127.0.0.1: {class_run['listener'].accepted}"
+    assert not class_run["changed"], f"{class_run['changed']} changed during grading"
+    proc, out = class_run["proc"], class_run["out"]
+    for where in [proc.stdout, proc.stderr] + [p.read_text(errors="replace")
                                                 for p in out.rglob("*") if p.is_file()]:
-        assert canary not in where and token not in where, "a secret reached the grades"
+        assert class_run["canary"] not in where and class_run["token"] not in where, \
+            "a secret or a host file reached the grades"
+    assert not any(p.is_symlink() for p in out.rglob("*"))
     # the stolen-secret notebook did run (its loot, printed, is in the executed notebook)
     assert "HOME" in (out / "results" / "steal_secrets" / "executed.ipynb").read_text()
+    # the disk filled up to the in-memory scratch's cap, not the grader's disk
+    executed = (out / "results" / "disk_fill" / "executed.ipynb").read_text()
+    filled = int(executed.split("disk full after ")[1].split(" bytes")[0])
+    assert 0 < filled <= SCRATCH_BYTES
+
+
+@needs_bwrap
+def test_feedback_says_why_and_never_the_expected_value(class_run):
+    out, rows = class_run["out"], class_run["rows"]
+    feedback = {p.stem: p.read_text(encoding="utf-8") for p in (out / "feedback").iterdir()}
+    assert "should be a value" in feedback["default_argument"]
+    assert "not plain data" in feedback["fake_ref"]
+    assert "\\ud800" in feedback["lone_surrogate"]
+    assert "symbolic link" in rows["mallory.ipynb"]["reason"]
+    assert "2 files for student 'dup'" in rows["dup.zip"]["reason"]
+    assert "encrypted" in rows["encrypted.zip"]["reason"]
+    assert "not a student ID" in rows["\\xff\\xfe.ipynb"]["reason"]
+    # linus handed in ada's number for his own variant: told he is wrong, never the right number
+    text = feedback["linus"]
+    assert "graded as student 'linus'" in text and "q3_variant_resident_bytes: 0 / 1" in text
+    right = variant_answer("linus")
+    for shown in {str(right), f"{right:,}", f"{right:g}", f"{float(right):.6g}", f"{right:.4e}"}:
+        assert shown not in text, f"linus's feedback reveals the expected {shown}"
 
 
 # What the distributed lessons (07-10) need inside the sandbox, without torch (seconds): a lock

@@ -1,80 +1,159 @@
-"""Grade a folder of submissions without Docker: each submission in a sandbox, scores to CSV.
+"""Grade a folder of submissions without Docker: each submission in sandboxes, scores to CSV.
 
     python tools/grade.py dist/06_memory/06_memory-autograder.zip submissions/06/ \\
         --out grades/06_memory --timeout 600
 
 Writes, under ``--out``:
-    scores.csv                  one row per submission: file, status, each question, total, possible
-    feedback/<submission>.txt   what each test said (public and hidden), for the instructor
-    results/<submission>/       results.json (otter's format) and the executed notebook
+    scores.csv                  one row per submission, written as each finishes: submission,
+                                student, status, one column per question of the zip, total,
+                                possible, reason
+    feedback/<student>.txt      what each test said (public and hidden), for the instructor
+    results/<student>/          results.json (otter's format) and the executed notebook
 
-Each submission is graded in two stages (tools/grade_stages.py), each in its own sandbox
-(tools/sandbox.py: bubblewrap, no network, read-only environment, one scratch folder, limits on
-memory, CPU time, processes and file size, a clean environment):
+The trust boundary (a programming-contest judge's: the checker never runs contestant code):
 
-1. the student's notebook runs in a Jupyter kernel; from that kernel only the *answers* leave, as
-   data: values (numbers, strings, lists, dicts, tensors) and the source text of functions;
-2. a fresh interpreter that never saw that kernel runs the instructor's copy of the student
-   notebook (``student/NN_name.ipynb`` next to the zip, as tools/assign.py writes it), binds the
-   student's answers where the answer cells are, runs the zip's tests (otter's test runner) and
-   sends the results to the grader through a pipe that stage 1 never had.
+    sandbox, untrusted   stage 1: the student's notebook in a Jupyter kernel
+                           -> plain data (tools/plain.py): value answers; function answers'
+                              source text, through a pipe (never a file the grader opens)
+    grader, trusted      checks each answer against the kind its answer cell declares (a
+                         ``def`` is a function answer, anything else a value), size and depth
+    sandbox, untrusted   one per function answer, without the kit: defines the student's
+                         function, answers calls with plain data
+    sandbox, trusted     stage 2: the instructor's copy of the notebook, the value answers bound
+                         as rebuilt plain data, each function answer bound as a stub that calls
+                         its sandbox; runs the zip's tests; results through a pipe
+    grader, trusted      keeps the scores of the zip's questions only, clamped to their points
 
-So what a submission does in its own kernel (replacing ``check_close``, patching otter, printing
-or writing a results record, editing the lesson's variables) cannot change a score. What remains
-possible: a student's *function* runs in stage 2 when a test (or a later lesson cell) calls it,
-and there it can do anything Python allows in that process, including making its own checks
-pass or writing a false record to the pipe; a value answer cannot. Timing, and what the tests'
-error messages reveal (e.g. the expected number), are side channels the student sees in the
-feedback only if you return it. Without bubblewrap the sandbox is only the limits and the clean
-environment (the submission can read your files and reach the network); grading prints that
-loudly. Submissions run at ``COURSE_SCALE=ci`` by default: exercise tests must not depend on it.
+Names and points come from the autograder zip. Any failure while grading one submission
+(a malformed file, a crash, a kill) becomes that submission's ``error`` row, with the reason;
+the others are graded and every finished row is already in scores.csv.
 
 Per-student variants (course_utils/variants.py): each submission is graded as the student its
-file is named after (``alice.ipynb`` -> "alice"; otter's exports are named the same way), and
-both stages see that ID as ``$COURSE_STUDENT_ID``; tests compare answers with the kit's
-measurement for that student's configuration.
+file is named after (``alice.ipynb`` -> "alice"; NFKC-normalised, case-folded, letters a-z,
+digits, ``.``, ``_`` and ``-`` only), and every stage sees that ID as ``$COURSE_STUDENT_ID``.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import importlib.util
 import json
 import os
-import stat
+import re
 import sys
 import tempfile
 import threading
 import time
+import traceback
+import unicodedata
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import plain  # noqa: E402
 import sandbox  # noqa: E402
-from grade_stages import defined_names  # noqa: E402
+from grade_stages import declared_answers, receive, send  # noqa: E402
 
 STATUS_OK, STATUS_TIMEOUT, STATUS_ERROR = "ok", "timeout", "error"
 TOOLS = Path(__file__).resolve().parent
 STAGES = TOOLS / "grade_stages.py"
+SUFFIXES = (".ipynb", ".zip")
 MAX_NOTEBOOK_BYTES = 64 * 2**20
+MAX_STAGE1_BYTES = 2 * MAX_NOTEBOOK_BYTES + 2**20
 MAX_RESULT_BYTES = 16 * 2**20
+MAX_SOURCE_CHARS = 200_000
+SAFE_ID = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?")
 
 
-def submissions(folder: Path) -> list[Path]:
-    """Notebooks (or otter export zips) directly inside ``folder``, sorted by name."""
+class NotGraded(ValueError):
+    """This submission cannot be graded; the message says why (and goes into its row)."""
+
+
+# --------------------------------------------------------------------------- inputs
+
+@dataclass(frozen=True)
+class Submission:
+    path: Path
+    name: str             # the file name, printable (undecodable bytes as backslash escapes)
+    student: str | None   # the normalised ID, or None when the name is refused
+    problem: str = ""     # why it will not be graded, if it will not
+
+
+def printable(name: str) -> str:
+    """A file name as text that any UTF-8 writer accepts (undecodable bytes escaped)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def student_id(stem: str) -> str:
+    """The ID a file name stands for: NFKC-normalised, case-folded, then held to ``SAFE_ID``
+    (ASCII letters, digits, ``.``, ``_``, ``-``), so look-alike letters of other scripts are
+    refused, not matched to another student's variants. Raises NotGraded."""
+    text = printable(stem)
+    norm = unicodedata.normalize("NFKC", text).casefold()
+    if not SAFE_ID.fullmatch(norm):
+        raise NotGraded(f"the file name {text!r} is not a student ID: name submissions by ID "
+                        "using letters a-z, digits, '.', '_' or '-' (e.g. alice.ipynb)")
+    return norm
+
+
+def submissions(folder: Path) -> list[Submission]:
+    """Every .ipynb or .zip (any case) directly inside ``folder``, sorted by name, each with its
+    student ID or the reason it will not be graded (a refused name, a link, a duplicate ID)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"submissions folder {folder} does not exist or is not a folder")
-    found = sorted(p for p in folder.iterdir() if p.suffix in (".ipynb", ".zip") and p.is_file())
+    found = []
+    for p in sorted(folder.iterdir(), key=lambda p: os.fsencode(p.name)):
+        suffix = os.path.splitext(p.name)[1].lower()
+        if suffix not in SUFFIXES:
+            print(f"skipped {printable(p.name)}: not a .ipynb or .zip", file=sys.stderr)
+            continue
+        name, problem, student = printable(p.name), "", None
+        try:
+            student = student_id(p.name[:-len(suffix)])
+        except NotGraded as err:
+            problem = str(err)
+        if p.is_symlink():
+            problem = "a symbolic link: hand in the notebook file itself"
+        elif not p.is_file():
+            problem = "not a regular file"
+        found.append(Submission(p, name, student, problem))
     if not found:
         raise ValueError(f"no .ipynb or .zip submissions in {folder}")
-    return found
+    counts: dict[str, list[str]] = {}
+    for s in found:
+        if s.student is not None:
+            counts.setdefault(s.student, []).append(s.name)
+    return [Submission(s.path, s.name, s.student,
+                       f"{len(counts[s.student])} files for student {s.student!r} "
+                       f"({', '.join(counts[s.student])}): keep one and grade again")
+            if s.student is not None and len(counts[s.student]) > 1 and not s.problem else s
+            for s in found]
 
 
-def kit_paths() -> tuple[list[Path], dict[str, str]]:
-    """(folders the sandbox needs read-only, environment) for importing the kit as this process
-    would, without importing it here."""
+def questions(autograder: Path) -> dict[str, float]:
+    """name -> points of every question in the autograder zip (what the CSV's columns are)."""
+    from otter.test_files import OKTestFile
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(autograder) as z:
+        for member in sorted(z.namelist()):
+            if member.startswith("tests/") and member.endswith(".py") and "/" not in member[6:]:
+                path = Path(tmp) / member[6:]
+                path.write_bytes(z.read(member))
+                tf = OKTestFile.from_file(str(path))
+                out[tf.name] = float(tf.possible)
+    if not out:
+        raise ValueError(f"{autograder} holds no tests/*.py: is it an autograder zip from "
+                         "tools/assign.py?")
+    return out
+
+
+def kit_paths() -> tuple[Path, list[Path], dict[str, str]]:
+    """(the kit's package folder, folders the sandbox needs read-only, environment) for importing
+    the kit as this process would, without importing it here."""
     spec = importlib.util.find_spec("course_utils")
     if spec is None or spec.origin is None:
         raise ValueError("course_utils is not importable: install the kit (`make`) or set "
@@ -85,27 +164,67 @@ def kit_paths() -> tuple[list[Path], dict[str, str]]:
     if (package.parent / "pyproject.toml").exists() and data.is_dir():
         paths.append(data)  # dataset caches, read-only (the kit regenerates what is missing)
         env["COURSE_DATA_DIR"] = str(data)
-    return paths, env
+    return package, paths, env
 
 
-def read_regular(path: Path, limit: int) -> bytes | None:
-    """A file the sandbox wrote, read without following links it may have planted."""
+def read_submission(path: Path) -> bytes:
+    """The notebook's bytes: the file itself (never through a link), or the one notebook at the
+    top of an otter export zip. Raises NotGraded."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
+    except OSError as err:
+        raise NotGraded(f"cannot open it ({err.strerror})") from None
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
-        data = f.read(limit + 1)
-    return data if len(data) <= limit else None
+        if not os.path.stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise NotGraded("not a regular file")
+        data = f.read(MAX_NOTEBOOK_BYTES + 1)
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        raise NotGraded(f"larger than {MAX_NOTEBOOK_BYTES >> 20} MiB")
+    if path.name.lower().endswith(".zip"):
+        data = _notebook_in_zip(data)
+    return data
 
 
-def _prepare(submission: Path, autograder: Path, tmp: Path) -> tuple[Path, Path, list[str]]:
-    """Unpack what the stages read: the submission into ``tmp/submission/`` (stage 1 sees only
-    that), the lesson and the tests into ``tmp/trusted/`` (stage 2 only: the hidden tests never
-    reach the student's kernel). Returns (submission notebook, lesson, answer names); raises
-    ValueError for a submission of another lesson or a missing student edition."""
+def _notebook_in_zip(data: bytes) -> bytes:
+    import io
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            inner = [i for i in z.infolist() if i.filename.lower().endswith(".ipynb")
+                     and "/" not in i.filename]
+            if len(inner) != 1:
+                raise NotGraded(f"a zip must hold exactly one notebook at its top, found "
+                                f"{len(inner)}")
+            info = inner[0]
+            if info.flag_bits & 0x1:
+                raise NotGraded("its notebook is encrypted: hand in the .ipynb itself")
+            if info.file_size > MAX_NOTEBOOK_BYTES:
+                raise NotGraded(f"its notebook is larger than {MAX_NOTEBOOK_BYTES >> 20} MiB")
+            with z.open(info) as f:
+                out = f.read(MAX_NOTEBOOK_BYTES + 1)
+    except NotGraded:
+        raise
+    except Exception as err:  # a broken zip, an unknown compression method, a bad CRC
+        raise NotGraded(f"not a readable zip ({type(err).__name__}: {err}): hand in the "
+                        ".ipynb itself") from None
+    if len(out) > MAX_NOTEBOOK_BYTES:
+        raise NotGraded(f"its notebook is larger than {MAX_NOTEBOOK_BYTES >> 20} MiB")
+    return out
+
+
+def _assignment_of(text: bytes) -> object:
+    try:
+        nb = plain.parse_json(text)
+    except plain.NotPlainData as err:
+        raise NotGraded(f"not a notebook ({err})") from None
+    meta = nb.get("metadata") if isinstance(nb, dict) else None
+    otter = meta.get("otter") if isinstance(meta, dict) else None
+    return otter.get("assignment_name") if isinstance(otter, dict) else None
+
+
+def _prepare(text: bytes, autograder: Path, tmp: Path) -> tuple[Path, Path, dict[str, str]]:
+    """Lay out what the sandboxes read: the submission in ``tmp/submission/`` (stage 1 sees only
+    that), the lesson and the tests in ``tmp/trusted/`` (stage 2 only). Returns (submission
+    notebook, lesson, declared answers: name -> "value" | "function")."""
     trusted, mine = tmp / "trusted", tmp / "submission"
     mine.mkdir()
     with zipfile.ZipFile(autograder) as z:
@@ -119,121 +238,236 @@ def _prepare(submission: Path, autograder: Path, tmp: Path) -> tuple[Path, Path,
     if not lesson.is_file():
         raise ValueError(f"{lesson} is missing: grading runs the student edition that "
                          "tools/assign.py writes next to the autograder zip")
-    if submission.suffix == ".zip":  # an otter export: the one notebook inside
-        with zipfile.ZipFile(submission) as z:
-            inner = [n for n in z.namelist() if n.endswith(".ipynb") and "/" not in n]
-            if len(inner) != 1 or z.getinfo(inner[0]).file_size > MAX_NOTEBOOK_BYTES:
-                raise ValueError(f"expected one notebook at the top of {submission.name}")
-            text = z.read(inner[0])
-    else:
-        text = submission.read_bytes()
-    try:
-        got = json.loads(text).get("metadata", {}).get("otter", {}).get("assignment_name")
-    except (ValueError, AttributeError):
-        raise ValueError(f"{submission.name} is not a notebook (not JSON)") from None
+    got = _assignment_of(text)
     if got != name:
-        raise ValueError(f"{submission.name} is a notebook of assignment {got!r}, not of "
-                         f"{name!r}: was it handed in for another lesson?")
+        raise NotGraded(f"a notebook of assignment {str(got)[:80]!r}, not of {name!r}: was it "
+                        "handed in for another lesson?")
     (mine / "submission.ipynb").write_bytes(text)
     lesson_copy = trusted / "lesson.ipynb"
     lesson_copy.write_bytes(lesson.read_bytes())
-    cells = json.loads(lesson_copy.read_text())["cells"]
-    answers = [n for c in cells if "otter_answer_cell" in c["metadata"].get("tags", [])
-               for n in defined_names("".join(c["source"]))]
-    return mine / "submission.ipynb", lesson_copy, answers
+    declared: dict[str, str] = {}
+    for cell in json.loads(lesson_copy.read_text())["cells"]:
+        if "otter_answer_cell" in cell["metadata"].get("tags", []):
+            declared.update(declared_answers("".join(cell["source"])))
+    return mine / "submission.ipynb", lesson_copy, declared
 
 
-def _drain(fd: int, sink: bytearray) -> None:
-    with os.fdopen(fd, "rb") as f:
-        while chunk := f.read(65536):
-            if len(sink) <= MAX_RESULT_BYTES:
-                sink += chunk
+# --------------------------------------------------------------------------- the trust boundary
+
+def check_answers(claim, declared: dict[str, str]) -> tuple[dict, dict, list[str]]:
+    """Stage 1's claim, held to the declared kinds. Returns (value answers as validated plain
+    data, function answers' bundles, notes for the feedback). Nothing here runs the claim."""
+    if not isinstance(claim, dict):
+        claim = {}
+    got_values, got_functions, refused = (claim.get(k) if isinstance(claim.get(k), dict) else {}
+                                          for k in ("values", "functions", "refused"))
+    values, functions, notes = {}, {}, []
+    for name, kind in declared.items():
+        if name in got_values:
+            if kind == "function":
+                notes.append(f"answer `{name}` not used: it should be a function "
+                             f"(`def {name}(...)`), not a value")
+                continue
+            try:
+                value = plain.decode(got_values[name], build_tensors=False)
+            except plain.NotPlainData as err:
+                notes.append(f"answer `{name}` not used: {err}")
+                continue
+            values[name] = plain.reencode(value)
+        elif name in got_functions:
+            bundle = got_functions[name]
+            if kind == "value":
+                notes.append(f"answer `{name}` not used: it should be a value (a number, string, "
+                             "list, dict or tensor); a function given for a value is not run")
+            elif not (isinstance(bundle, dict) and isinstance(bundle.get("source"), str)
+                      and isinstance(bundle.get("helpers", {}), dict)
+                      and len(json.dumps(bundle)) <= MAX_SOURCE_CHARS):
+                notes.append(f"answer `{name}` not used: its source could not be read")
+            else:
+                functions[name] = bundle
+        elif name in refused:
+            notes.append(f"answer `{name}` not used: it is not plain data "
+                         f"({str(refused[name])[:300]}); give a number, string, list, dict, "
+                         "tensor or function")
+        else:
+            notes.append(f"answer `{name}` is not defined in the submission")
+    return values, functions, notes
+
+
+class _Collect(threading.Thread):
+    """Reads one framed message (tools/grade_stages.send) from a pipe, up to ``limit`` bytes."""
+
+    def __init__(self, fd: int, limit: int, deadline: float):
+        super().__init__(daemon=True)
+        self.fd, self.limit, self.deadline = fd, limit, deadline
+        self.data: bytes | None = None
+        self.start()
+
+    def run(self):
+        try:
+            self.data = receive(self.fd, self.deadline, self.limit)
+        except (TimeoutError, EOFError, ValueError, OSError):
+            self.data = None
+        finally:
+            os.close(self.fd)
 
 
 def run_one(submission: Path, autograder: Path, *, timeout: float, scale: str,
             keep: Path | None = None, limits: sandbox.Limits = sandbox.Limits(),
-            student: str | None = None) -> dict:
-    """Grade one submission (both stages, each sandboxed, ``timeout`` seconds for both together);
-    return status, scores, feedback. With ``keep``, results.json and the executed notebook are
-    written there. ``student`` (default: the submission's file name without its suffix) is the
-    ID the exercise variants are drawn for (``$COURSE_STUDENT_ID`` in both stages, so the trusted
-    stage 2 checks the answers against *this* student's configuration, whatever the notebook's
-    own STUDENT_ID says)."""
+            student: str | None = None, points: dict[str, float] | None = None) -> dict:
+    """Grade one submission (every sandbox of it within ``timeout`` seconds); return status,
+    scores (question -> (score, points) for the zip's questions), feedback and raw results.
+    ``student`` (default: the ID the file name stands for) is the ID the exercise variants are
+    drawn for. Raises nothing for a bad submission: that is an ``error`` result."""
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    student = Path(submission).stem if student is None else student
-    if not isinstance(student, str) or not student.strip():
-        raise ValueError(f"student must be a non-empty ID (the exercise variants are drawn from "
-                         f"it), got {student!r}")
-    student = student.strip()
+    points = questions(Path(autograder)) if points is None else points
+    try:
+        student = student_id(Path(submission).stem) if student is None else student_id(student)
+        return _grade(Path(submission), Path(autograder), timeout=timeout, scale=scale, keep=keep,
+                      limits=limits, student=student, points=points)
+    except NotGraded as err:
+        return failed(STATUS_ERROR, f"not graded: {err}", points)
+
+
+def failed(status: str, why: str, points: dict[str, float], log: str = "") -> dict:
+    why = why.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate, escaped
+    return {"status": status, "scores": {q: (0.0, p) for q, p in points.items()}, "raw": None,
+            "reason": why.split("\n")[0][:300], "feedback": f"{why}\n\n{log}".rstrip() + "\n"}
+
+
+def _grade(submission: Path, autograder: Path, *, timeout: float, scale: str, keep: Path | None,
+           limits: sandbox.Limits, student: str, points: dict[str, float]) -> dict:
     deadline = time.monotonic() + timeout
-    readonly, env = kit_paths()
+    package, readonly, env = kit_paths()
+    readonly.append(TOOLS)
     env.update(COURSE_SCALE=scale, COURSE_STUDENT_ID=student)
     python = sys.executable
+    practice = package / "practice_data"  # the lessons' solutions: not for graded runs
 
-    def failed(status: str, why: str, log: str = "") -> dict:
-        return {"status": status, "scores": {}, "raw": None,
-                "feedback": f"{why}\n\n{log}".rstrip() + "\n"}
+    def left() -> float:
+        return max(deadline - time.monotonic(), 0.01)
+
+    def timed_out() -> dict:
+        return failed(STATUS_TIMEOUT, f"killed after the {timeout:g} s time limit", points)
 
     with tempfile.TemporaryDirectory(prefix="grade_") as tmp:
         tmp = Path(tmp)
-        try:
-            nb, lesson, names = _prepare(Path(submission), Path(autograder), tmp)
-        except (ValueError, KeyError, zipfile.BadZipFile) as err:
-            return failed(STATUS_ERROR, f"not graded: {err}")
-        readonly.append(TOOLS)
+        nb, lesson, declared = _prepare(read_submission(submission), autograder, tmp)
 
-        first = sandbox.run([python, str(STAGES), "execute", str(nb), json.dumps(names)],
-                            tmp / "stage1", readonly=readonly + [nb.parent], env=env,
-                            limits=limits,
-                            timeout=max(deadline - time.monotonic(), 0.01))
-        if first.returncode is None:
-            return failed(STATUS_TIMEOUT, f"killed after the {timeout:g} s time limit")
-        work = tmp / "stage1" / "work"
-        executed = read_regular(work / "executed.ipynb", MAX_NOTEBOOK_BYTES)
-        if keep is not None:
-            Path(keep).mkdir(parents=True, exist_ok=True)
-            if executed is not None:
-                (Path(keep) / "executed.ipynb").write_bytes(executed)
-        answers = read_regular(work / "answers.json", sandbox.OUTPUT_CHARS * 80)
-        if first.returncode != 0 or answers is None:
-            return failed(STATUS_ERROR, "the notebook could not be executed "
-                          f"(exit status {first.returncode})", first.output)
-        (tmp / "answers").mkdir()
-        (tmp / "answers" / "answers.json").write_bytes(answers)
-
+        # stage 1: the student's notebook; what it hands back comes through a pipe
         read_end, write_end = os.pipe()
-        result = bytearray()
-        reader = threading.Thread(target=_drain, args=(read_end, result), daemon=True)
-        reader.start()
+        collect = _Collect(read_end, MAX_STAGE1_BYTES, deadline)
         try:
-            second = sandbox.run([python, str(STAGES), "score", str(lesson),
-                                  str(tmp / "answers" / "answers.json"),
-                                  str(lesson.parent / "tests"), str(write_end)],
-                                 tmp / "stage2", readonly=readonly + [lesson.parent, tmp / "answers"],
-                                 env=env,
-                                 limits=limits, pass_fds=(write_end,),
-                                 timeout=max(deadline - time.monotonic(), 0.01))
+            first = sandbox.run([python, str(STAGES), "execute", str(nb), json.dumps(list(declared)),
+                                 str(write_end)], tmp / "stage1", readonly=readonly + [nb.parent],
+                                hidden=[practice], env=env, limits=limits, pass_fds=(write_end,),
+                                timeout=left())
         finally:
             os.close(write_end)
-        reader.join(timeout=30)
-        if second.returncode is None:
-            return failed(STATUS_TIMEOUT, f"killed after the {timeout:g} s time limit")
+        collect.join(timeout=30)
+        if first.returncode is None:
+            return timed_out()
         try:
-            raw = json.loads(bytes(result))
-            scores = question_scores(raw)
-        except (ValueError, KeyError, TypeError):
-            return failed(STATUS_ERROR, "scoring did not produce results "
-                          f"(exit status {second.returncode})", second.output)
+            message = plain.parse_json(collect.data or b"")
+            claim = plain.parse_json(message["answers"])
+            executed = message["executed"]
+            if not isinstance(executed, str):
+                raise TypeError
+        except (plain.NotPlainData, KeyError, TypeError):
+            return failed(STATUS_ERROR, "the notebook could not be executed "
+                          f"(exit status {first.returncode})", points, first.output)
         if keep is not None:
-            (Path(keep) / "results.json").write_text(json.dumps(raw, indent=1))
-    return {"status": STATUS_OK, "scores": scores, "raw": raw,
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            (Path(keep) / "executed.ipynb").write_text(executed, errors="backslashreplace")
+        values, functions, notes = check_answers(claim, declared)
+        (tmp / "answers").mkdir()
+        (tmp / "answers" / "answers.json").write_text(
+            json.dumps({"values": values, "notes": notes}, allow_nan=False))
+
+        # one sandbox per function answer, without the kit, talking plain data over two pipes
+        servers, channels, theirs = [], {}, []
+        try:
+            for name, bundle in functions.items():
+                folder = tmp / "functions" / name
+                folder.mkdir(parents=True)
+                (folder / "bundle.json").write_text(json.dumps(bundle))
+                calls_r, calls_w = os.pipe()
+                replies_r, replies_w = os.pipe()
+                try:
+                    servers.append(sandbox.start(
+                        [python, str(STAGES), "serve", str(folder / "bundle.json"), name,
+                         str(calls_r), str(replies_w)], tmp / "serve" / name,
+                        readonly=[p for p in readonly if p != package] + [folder],
+                        hidden=[package], env={"COURSE_STUDENT_ID": student}, limits=limits,
+                        pass_fds=(calls_r, replies_w)))
+                finally:
+                    os.close(calls_r)
+                    os.close(replies_w)
+                channels[name] = (calls_w, replies_r)
+                theirs += [calls_w, replies_r]
+
+            # stage 2: trusted code only; results through a pipe
+            result_r, result_w = os.pipe()
+            collect = _Collect(result_r, MAX_RESULT_BYTES, deadline)
+            try:
+                second = sandbox.run([python, str(STAGES), "score", str(lesson),
+                                      str(tmp / "answers" / "answers.json"),
+                                      str(lesson.parent / "tests"), str(result_w),
+                                      json.dumps(channels)],
+                                     tmp / "stage2", readonly=readonly + [lesson.parent,
+                                                                          tmp / "answers"],
+                                     hidden=[practice], env=env, limits=limits,
+                                     pass_fds=(result_w, *theirs), timeout=left())
+            finally:
+                os.close(result_w)
+                for fd in theirs:
+                    os.close(fd)
+                theirs = []
+        finally:
+            for fd in theirs:
+                os.close(fd)
+            for server in servers:
+                server.kill()
+        collect.join(timeout=30)
+        if second.returncode is None:
+            return timed_out()
+        try:
+            raw = plain.parse_json(collect.data or b"")
+            scores, tests = results_of(raw, points)
+        except (plain.NotPlainData, KeyError, TypeError, ValueError):
+            return failed(STATUS_ERROR, "scoring did not produce results "
+                          f"(exit status {second.returncode})", points, second.output)
+        raw = {"tests": tests}
+        if keep is not None:
+            (Path(keep) / "results.json").write_text(json.dumps(raw, indent=1),
+                                                     errors="backslashreplace")
+    return {"status": STATUS_OK, "scores": scores, "raw": raw, "reason": "",
             "feedback": f"graded as student {student!r} (exercise variants are drawn "
                         f"from this ID)\n\n" + feedback_text(raw)}
 
 
+def results_of(raw, points: dict[str, float]) -> tuple[dict[str, tuple[float, float]], list]:
+    """(question -> (score, points), tests for the feedback) from stage 2's results: only the
+    zip's questions, each score clamped to [0, its points]; a question missing scores 0."""
+    by_name = {t["name"]: t for t in raw["tests"] if isinstance(t, dict) and "name" in t}
+    scores, tests = {}, []
+    public = by_name.get("Public Tests")
+    if isinstance(public, dict):
+        tests.append({"name": "Public Tests", "output": str(public.get("output", ""))})
+    for q, mx in points.items():
+        t = by_name.get(q, {})
+        s = t.get("score")
+        s = float(s) if type(s) in (int, float) and s == s else 0.0
+        s = min(max(s, 0.0), mx)
+        scores[q] = (s, mx)
+        tests.append({"name": q, "score": s, "max_score": mx,
+                      "output": str(t.get("output", "no result for this question"))})
+    return scores, tests
+
+
 def question_scores(raw: dict) -> dict[str, tuple[float, float]]:
-    """name -> (score, max_score) for every graded question in otter's results.json."""
+    """name -> (score, max_score) for every graded question in otter-style results."""
     return {t["name"]: (float(t["score"]), float(t["max_score"]))
             for t in raw["tests"] if t.get("max_score") is not None}
 
@@ -247,52 +481,106 @@ def feedback_text(raw: dict) -> str:
     return "\n".join(parts)
 
 
-def write_csv(path: Path, rows: list[tuple[str, dict]]) -> None:
-    """One row per submission; questions in the order otter reported them."""
-    questions: list[str] = []
-    for _, r in rows:
-        questions += [q for q in r["scores"] if q not in questions]
-    # a submission that timed out or crashed has no scores: it gets 0 of what the others could get
-    possible = max((sum(mx for _, mx in r["scores"].values()) for _, r in rows), default=0.0)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["submission", "status", *questions, "total", "possible"])
-        for name, r in rows:
-            scores = [r["scores"].get(q, (0.0, 0.0))[0] for q in questions]
-            w.writerow([name, r["status"], *(f"{s:g}" for s in scores),
-                        f"{sum(scores):g}", f"{possible:g}"])
+# --------------------------------------------------------------------------- a folder
+
+class ScoreSheet:
+    """scores.csv, one row appended (and flushed to disk) as each submission finishes, so a
+    crash or a kill after N submissions leaves N rows; sorted by file name at the end."""
+
+    def __init__(self, path: Path, points: dict[str, float]):
+        self.path, self.points = Path(path), points
+        self.header = ["submission", "student", "status", *points, "total", "possible", "reason"]
+        self.rows: list[list[str]] = []
+        self.lock = threading.Lock()
+        self._write(self.path, [])
+
+    def row(self, name: str, student: str | None, r: dict) -> list[str]:
+        scores = [r["scores"].get(q, (0.0, 0.0))[0] for q in self.points]
+        return [name, student or "", r["status"], *(f"{s:g}" for s in scores),
+                f"{sum(scores):g}", f"{sum(self.points.values()):g}", r.get("reason", "")]
+
+    def add(self, name: str, student: str | None, r: dict) -> None:
+        with self.lock:
+            self.rows.append(self.row(name, student, r))
+            with open(self.path, "a", newline="", encoding="utf-8", errors="backslashreplace") as f:
+                csv.writer(f).writerow(self.rows[-1])
+                f.flush()
+                os.fsync(f.fileno())
+
+    def finish(self) -> None:
+        with self.lock:
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            self._write(tmp, sorted(self.rows))
+            os.replace(tmp, self.path)
+
+    def _write(self, path: Path, rows: list[list[str]]) -> None:
+        with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
+            w = csv.writer(f)
+            w.writerow(self.header)
+            w.writerows(rows)
+
+
+def write_csv(path: Path, rows: list[tuple[str, dict]], points: dict[str, float]) -> None:
+    """All rows at once (one per (file name, result)), columns from ``points``."""
+    sheet = ScoreSheet(path, points)
+    for name, r in rows:
+        sheet.add(name, None, r)
+    sheet.finish()
+
+
+def _slug(sub: Submission) -> str:
+    """The submission's folder name under feedback/ and results/: its ID, or for a refused name
+    a stable stand-in (``invalid-`` and 8 hex digits of the raw name)."""
+    if sub.student is not None:
+        return sub.student
+    return "invalid-" + hashlib.sha256(os.fsencode(sub.path.name)).hexdigest()[:8]
 
 
 def grade_folder(autograder: Path, folder: Path, out: Path, *, timeout: float = 600.0,
-                 scale: str = "ci", jobs: int = 1) -> Path:
-    """Grade every submission in ``folder``, ``jobs`` at a time (each sandbox has its own uid and
-    limits, so they do not compete for the process limit); return the path of scores.csv."""
+                 scale: str = "ci", jobs: int = 1,
+                 limits: sandbox.Limits = sandbox.Limits()) -> Path:
+    """Grade every submission in ``folder``, ``jobs`` at a time; return the path of scores.csv.
+    One submission's failure is its own ``error`` row: the others are still graded."""
     autograder, out = Path(autograder), Path(out)
     if not autograder.is_file() or autograder.suffix != ".zip":
         raise ValueError(f"autograder must be an otter autograder .zip (from tools/assign.py), "
                          f"got {autograder}")
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if not (isinstance(jobs, int) and jobs >= 1):
+        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+    found = submissions(folder)
+    points = questions(autograder)
     missing = sandbox.missing_isolation()
     if missing:
         bar = "!" * 78
         print(f"{bar}\n{missing}\n{bar}", file=sys.stderr)
     (out / "feedback").mkdir(parents=True, exist_ok=True)
     (out / "results").mkdir(parents=True, exist_ok=True)
-    if not (isinstance(jobs, int) and jobs >= 1):
-        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+    sheet = ScoreSheet(out / "scores.csv", points)
 
-    def grade(sub: Path) -> tuple[str, dict]:
-        r = run_one(sub, autograder, timeout=timeout, scale=scale, keep=out / "results" / sub.stem)
-        (out / "feedback" / f"{sub.stem}.txt").write_text(r["feedback"])
+    def grade(sub: Submission) -> None:
+        slug = _slug(sub)
+        try:
+            if sub.problem:
+                raise NotGraded(sub.problem)
+            r = run_one(sub.path, autograder, timeout=timeout, scale=scale, limits=limits,
+                        keep=out / "results" / slug, student=sub.student, points=points)
+        except NotGraded as err:
+            r = failed(STATUS_ERROR, f"not graded: {err}", points)
+        except Exception as err:  # a grader bug or a resource failure: this row only
+            r = failed(STATUS_ERROR, f"grading failed: {type(err).__name__}: {err}", points,
+                       traceback.format_exc())
+        (out / "feedback" / f"{slug}.txt").write_text(f"{sub.name}\n{r['feedback']}",
+                                                      encoding="utf-8", errors="backslashreplace")
+        sheet.add(sub.name, sub.student, r)
         total = sum(s for s, _ in r["scores"].values())
-        print(f"{sub.name}: {r['status']}, {total:g} / {sum(m for _, m in r['scores'].values()):g}",
-              flush=True)
-        return sub.name, r
+        print(f"{sub.name}: {r['status']}, {total:g} / {sum(points.values()):g}"
+              + (f" ({r['reason']})" if r.get("reason") else ""), flush=True)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        rows = list(pool.map(grade, submissions(folder)))
-    write_csv(out / "scores.csv", rows)
+        list(pool.map(grade, found))
+    sheet.finish()
     print(f"wrote {out / 'scores.csv'}")
     return out / "scores.csv"
 
@@ -307,10 +595,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds allowed per submission (default 600)")
     ap.add_argument("--scale", default="ci", help="COURSE_SCALE to grade at (default ci)")
     ap.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
+    ap.add_argument("--scratch-mib", type=int, default=sandbox.Limits.scratch_bytes >> 20,
+                    help="in-memory scratch space of each sandbox, MiB (default 2048)")
     args = ap.parse_args(argv)
     try:
+        limits = sandbox.Limits(scratch_bytes=args.scratch_mib * 2**20)
         grade_folder(args.autograder, args.folder, args.out, timeout=args.timeout, scale=args.scale,
-                     jobs=args.jobs)
+                     jobs=args.jobs, limits=limits)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -1,43 +1,86 @@
-"""The two stages of grading one submission, each run by tools/grade.py in its own sandbox
-(tools/sandbox.py). Nothing here trusts the submission.
+"""The sandboxed processes of grading one submission, each started by tools/grade.py in a sandbox
+of its own (tools/sandbox.py). Only plain data (tools/plain.py) passes between them.
 
-    python grade_stages.py execute SUBMISSION.ipynb NAMES_JSON
-        Stage 1. Executes the student's notebook in a Jupyter kernel (errors do not stop it),
-        writes ./executed.ipynb, then exports from the kernel the answers named in NAMES_JSON
-        (plus what the student's functions use) to ./answers.json; see :func:`export_answers`.
+    python grade_stages.py execute SUBMISSION.ipynb NAMES_JSON OUT_FD
+        Stage 1 (untrusted). Executes the student's notebook in a Jupyter kernel (errors do not
+        stop it), then exports from the kernel the answers named in NAMES_JSON; writes
+        ``{"answers": ..., "executed": <notebook text>}`` to OUT_FD (see :func:`export_answers`).
 
-    python grade_stages.py score LESSON.ipynb ANSWERS.json TESTS_DIR RESULT_FD
-        Stage 2. A fresh interpreter that never saw the student's kernel: runs the instructor's
-        student edition of the lesson (the trusted cells), puts the student's answers where the
-        answer cells are, runs otter's test files on the result and writes otter-style results
-        (``{"tests": [{name, score, max_score, output}, ...]}``) to file descriptor RESULT_FD.
+    python grade_stages.py serve BUNDLE.json NAME IN_FD OUT_FD
+        A function answer (untrusted), one process per question, in a sandbox without the kit:
+        defines the student's function ``NAME`` from its source and the helpers it uses, then
+        answers calls: reads ``{"args", "kwargs"}`` (plain data) from IN_FD, writes
+        ``{"ok": <plain result>}`` or ``{"error": "..."}`` to OUT_FD. See :func:`serve`.
 
-answers.json maps a name to one of
-    {"kind": "literal", "repr": "2.0"}           numbers, strings, lists/tuples/dicts of them:
-                                                 rebuilt with ast.literal_eval, never eval
-    {"kind": "float", "repr": "nan"}             nan and inf
-    {"kind": "ellipsis"}                         the untouched placeholder ``...``
-    {"kind": "tensor", "dtype": "float32", "shape": [2], "data": "[1.0, 2.0]"}
-    {"kind": "function", "source": "def f(x):\\n    return 2 * x\\n"}
-    {"kind": "module", "module": "math"}         re-imported from the read-only environment
-    {"kind": "ref", "module": "math", "qualname": "sqrt"}   a function/class of a library
-    {"kind": "unsupported", "type": "Foo"}       anything else: the answer is missing in stage 2
+    python grade_stages.py score LESSON.ipynb ANSWERS.json TESTS_DIR RESULT_FD CHANNELS_JSON
+        Stage 2 (trusted: no student code runs here). Runs the instructor's student edition of
+        the lesson, binds the student's *value* answers (plain data, rebuilt by tools/plain.py)
+        where the answer cells are, binds each *function* answer as a :class:`FunctionAnswer`
+        that sends its arguments to that question's ``serve`` process and decodes what comes
+        back, runs otter's test files and writes ``{"tests": [{name, score, max_score, output}]}``
+        to RESULT_FD.
+
+answers (stage 1's claim, checked by tools/grade.py against the declared answer kinds)::
+
+    {"values":    {name: <plain data>},
+     "functions": {name: {"source": "def f(x): ...",
+                          "helpers": {hname: {"source": ...} | {"module": "math"} |
+                                             {"value": <plain>} | {"unavailable": "why"}}}},
+     "refused":   {name: "why it could not be exported"}}
 """
 from __future__ import annotations
 
 import ast
-import importlib
 import json
-import math
 import os
+import select
+import struct
 import sys
 import textwrap
+import time
 import types
 from pathlib import Path
 
-MAX_ANSWERS_BYTES = 16 * 2**20
-MAX_TENSOR_ELEMENTS = 1_000_000
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import plain  # noqa: E402
+
+MAX_EXECUTED_BYTES = 64 * 2**20
+MAX_MESSAGE_BYTES = 64 * 2**20       # one call's arguments or result
+CALL_SECONDS = 120.0                 # one call of a student's function
 SKIP_MARKERS = ("grader.check(", "otter.Notebook(")  # otter's own cells in the student edition
+KIT = "course_utils"
+
+
+# --------------------------------------------------------------------------- framing
+
+def send(fd: int, obj) -> None:
+    """One message: 8-byte length, then JSON (no NaN literals: plain data spells them)."""
+    body = json.dumps(obj, allow_nan=False).encode("utf-8", "backslashreplace")
+    data = struct.pack(">Q", len(body)) + body
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def receive(fd: int, deadline: float, limit: int = MAX_MESSAGE_BYTES) -> bytes:
+    """One message's JSON bytes; raises TimeoutError, EOFError or ValueError (too large)."""
+    head = _read_exactly(fd, 8, deadline)
+    (size,) = struct.unpack(">Q", head)
+    if size > limit:
+        raise ValueError(f"a message of {size} bytes (limit {limit})")
+    return _read_exactly(fd, size, deadline)
+
+
+def _read_exactly(fd: int, n: int, deadline: float) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise TimeoutError
+        chunk = os.read(fd, min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return bytes(buf)
 
 
 # --------------------------------------------------------------------------- stage 1 (untrusted)
@@ -50,61 +93,70 @@ def _code_names(code: types.CodeType) -> set[str]:
     return names
 
 
-def describe(value) -> tuple[dict, set[str]]:
-    """(answers.json entry, global names the value's code uses) for one value of the kernel."""
-    if value is Ellipsis:
-        return {"kind": "ellipsis"}, set()
+def _function_source(fn) -> str:
+    import inspect
+    return textwrap.dedent(inspect.getsource(fn))
+
+
+def _helper(value) -> dict:
+    """How the function sandbox gets one global a student's function uses."""
     if isinstance(value, types.ModuleType):
-        return {"kind": "module", "module": value.__name__}, set()
+        if value.__name__.split(".")[0] == KIT:
+            return {"unavailable": f"the kit's module {value.__name__}"}
+        return {"module": value.__name__}
     if isinstance(value, types.FunctionType) and value.__module__ == "__main__":
-        import inspect
-        try:
-            source = textwrap.dedent(inspect.getsource(value))
-        except (OSError, TypeError):
-            return {"kind": "unsupported", "type": "function without source"}, set()
-        return {"kind": "function", "source": source}, _code_names(value.__code__)
-    if type(value).__module__ == "torch" and type(value).__name__ in ("Tensor", "Parameter"):
-        if value.numel() > MAX_TENSOR_ELEMENTS:
-            return {"kind": "unsupported", "type": f"tensor of {value.numel()} elements"}, set()
-        return {"kind": "tensor", "dtype": str(value.dtype).removeprefix("torch."),
-                "shape": list(value.shape),
-                "data": repr(value.detach().cpu().flatten().tolist())}, set()
-    if isinstance(value, float) and not math.isfinite(value):
-        return {"kind": "float", "repr": repr(value)}, set()
-    if callable(value) and getattr(value, "__module__", "__main__") != "__main__" \
-            and "<" not in getattr(value, "__qualname__", "<"):
-        return {"kind": "ref", "module": value.__module__, "qualname": value.__qualname__}, set()
-    try:
-        text = repr(value)
-        if type(ast.literal_eval(text)) is type(value) and ast.literal_eval(text) == value:
-            return {"kind": "literal", "repr": text}, set()
-    except Exception:  # not a literal (or a repr that raises): not carried
-        pass
-    return {"kind": "unsupported", "type": type(value).__qualname__}, set()
+        return {"source": _function_source(value)}
+    if getattr(value, "__module__", "").split(".")[0] == KIT:
+        return {"unavailable": f"the kit's {value.__module__}.{getattr(value, '__qualname__', '')}"}
+    if isinstance(value, type) or callable(value):
+        module = getattr(value, "__module__", None)
+        name = getattr(value, "__qualname__", None)
+        if module and name and "<" not in name:
+            return {"import": [module, name]}
+    return {"value": plain.encode(value)}
 
 
 def export_answers(namespace: dict, names: list[str], path: str) -> None:
-    """Write the answers ``names`` (and, transitively, the globals their functions use) from the
-    kernel's ``namespace`` to ``path``. Runs in the student's kernel, so its output is only ever
-    treated as the student's claim of what the answers are."""
-    out: dict[str, dict] = {}
-    todo = [n for n in names if n in namespace]
+    """Write the answers ``names`` from the kernel's ``namespace`` to ``path`` (the format in the
+    module docstring). Runs in the student's kernel: its output is only the student's claim."""
+    out = {"values": {}, "functions": {}, "refused": {}}
+    for name in names:
+        if name not in namespace:
+            continue
+        value = namespace[name]
+        try:
+            if isinstance(value, types.FunctionType):
+                out["functions"][name] = _bundle(namespace, value)
+            else:
+                out["values"][name] = plain.encode(value)
+        except Exception as err:  # anything not plain data: say why, carry nothing
+            out["refused"][name] = f"{type(err).__name__}: {err}"[:500]
+    Path(path).write_text(json.dumps(out, allow_nan=False))
+
+
+def _bundle(namespace: dict, fn) -> dict:
+    helpers, todo = {}, sorted(_code_names(fn.__code__))
     while todo:
         name = todo.pop()
-        if name in out or name.startswith("__"):
+        if name in helpers or name not in namespace or name.startswith("__"):
             continue
-        entry, uses = describe(namespace[name])
-        entry["answer"] = name in names
-        out[name] = entry
-        todo += [n for n in uses if n in namespace and n not in out]
-    Path(path).write_text(json.dumps(out))
+        value = namespace[name]
+        try:
+            helpers[name] = _helper(value)
+        except Exception as err:
+            helpers[name] = {"unavailable": f"a {type(value).__name__} ({err})"[:300]}
+        if isinstance(value, types.FunctionType) and "source" in helpers[name]:
+            todo += sorted(_code_names(value.__code__))
+    return {"source": _function_source(fn), "helpers": helpers}
 
 
-def execute(submission: str, names_json: str) -> None:
+def execute(submission: str, names_json: str, out_fd: str) -> None:
     import nbformat
     from jupyter_client.connect import ConnectionFileMixin
     from nbclient import NotebookClient
 
+    out = int(out_fd)
+    os.set_inheritable(out, False)  # the student's kernel never holds the channel to the grader
     # unix sockets, not TCP ports: with TCP we saw grading hang now and then on a busy machine
     # where other kernels start at the same time (port races)
     ConnectionFileMixin.class_traits()["transport"].default_value = "ipc"
@@ -120,134 +172,192 @@ def execute(submission: str, names_json: str) -> None:
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells):
             client.execute_cell(cell, index)
-        nbformat.write(nb, "executed.ipynb")
+        executed = nbformat.writes(nb)
         nb.cells.append(exporter)
         client.execute_cell(exporter, len(nb.cells) - 1)
+    answers = _read_own_file("answers.json", MAX_MESSAGE_BYTES)
+    send(out, {"answers": answers, "executed": executed[:MAX_EXECUTED_BYTES]})
+
+
+def _read_own_file(name: str, limit: int) -> str | None:
+    """A file the kernel wrote in this folder, not following a link it may have planted."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    return data.decode("utf-8", "replace") if len(data) <= limit else None
+
+
+# --------------------------------------------------------------------------- function sandboxes
+
+def _block_kit() -> None:
+    """Make the kit unimportable in this process. Inside bubblewrap its folder is also hidden
+    (tools/sandbox.py ``hidden``), so this only matters for an unisolated run."""
+    for name in list(sys.modules):
+        if name.split(".")[0] == KIT:
+            del sys.modules[name]
+    sys.modules[KIT] = None  # `import course_utils` now raises ImportError
+
+
+def _unavailable(name: str, why: str):
+    def stub(*args, **kwargs):
+        raise NameError(f"`{name}` ({why}) is not available when a function answer is graded: "
+                        "it runs with Python, math, torch and numpy only")
+    return stub
+
+
+def define(bundle: dict, name: str) -> dict:
+    """The namespace in which the student's function ``name`` and its helpers are defined."""
+    import importlib
+    ns: dict = {"__name__": "__answer__"}
+    sources = []
+    for hname, entry in bundle.get("helpers", {}).items():
+        kind = next(iter(entry), None)
+        try:
+            if kind == "module" and entry["module"].split(".")[0] != KIT:
+                ns[hname] = importlib.import_module(entry["module"])
+            elif kind == "import" and entry["import"][0].split(".")[0] != KIT:
+                obj = importlib.import_module(entry["import"][0])
+                for part in entry["import"][1].split("."):
+                    obj = getattr(obj, part)
+                ns[hname] = obj
+            elif kind == "value":
+                ns[hname] = plain.decode(entry["value"])
+            elif kind == "source":
+                sources.append(entry["source"])
+            else:
+                ns[hname] = _unavailable(hname, entry.get("unavailable", "unknown"))
+        except Exception as err:
+            ns[hname] = _unavailable(hname, f"{type(err).__name__}: {err}")
+    for source in sources + [bundle["source"]]:
+        exec(compile(source, "<your notebook>", "exec"), ns)
+    return ns
+
+
+def serve(bundle_path: str, name: str, in_fd: str, out_fd: str) -> None:
+    """Answer calls of the student's function ``name`` until the caller closes the channel."""
+    rfd, wfd = int(in_fd), int(out_fd)
+    _block_kit()
+    try:
+        fn = define(json.loads(Path(bundle_path).read_text()), name)[name]
+    except Exception as err:
+        fn = _unavailable(name, f"your definition failed: {type(err).__name__}: {err}")
+    while True:
+        try:
+            request = json.loads(receive(rfd, time.monotonic() + 86400))
+        except EOFError:
+            return
+        try:
+            args = plain.decode(request["args"])
+            kwargs = plain.decode(request["kwargs"])
+            reply = {"ok": plain.encode(fn(*args, **kwargs))}
+        except BaseException as err:  # the student's code failed: report it as the answer
+            reply = {"error": f"{type(err).__name__}: {err}"[:2000]}
+        send(wfd, reply)
 
 
 # --------------------------------------------------------------------------- stage 2 (trusted)
 
+class AnswerError(RuntimeError):
+    """A function answer raised, returned something that is not plain data, or did not reply."""
+
+
+class FunctionAnswer:
+    """Stands for the student's function ``name`` in the trusted stage: a call sends the
+    arguments (plain data) to the function's own sandbox and returns what comes back, rebuilt
+    from plain data. The student's code never runs in this process."""
+
+    def __init__(self, name: str, to_fd: int, from_fd: int):
+        self.name, self._to, self._from = name, to_fd, from_fd
+        self.__name__ = self.__qualname__ = name
+
+    def __call__(self, *args, **kwargs):
+        try:
+            send(self._to, {"args": plain.encode(list(args)), "kwargs": plain.encode(kwargs)})
+            reply = json.loads(receive(self._from, time.monotonic() + CALL_SECONDS))
+        except plain.NotPlainData as err:
+            raise TypeError(f"the test passed {self.name} something that is not plain data: "
+                            f"{err}") from None
+        except (TimeoutError, EOFError, OSError, ValueError) as err:
+            raise AnswerError(f"your function `{self.name}` did not answer "
+                              f"({type(err).__name__}: it crashed, hung for more than "
+                              f"{CALL_SECONDS:g} s or replied too much)") from None
+        if type(reply) is not dict or len(reply) != 1:
+            raise AnswerError(f"your function `{self.name}` gave a malformed reply")
+        if "error" in reply:
+            raise AnswerError(f"your function `{self.name}` raised "
+                              f"{str(reply['error'])[:2000]}")
+        try:
+            return plain.decode(reply.get("ok"))
+        except plain.NotPlainData as err:
+            raise AnswerError(f"your function `{self.name}` returned something that is not "
+                              f"plain data: {err}") from None
+
+    def __repr__(self) -> str:
+        return f"<your function {self.name}>"
+
+
 def defined_names(source: str) -> list[str]:
     """Top-level names an answer cell of the student edition binds (def, class, assignment)."""
-    names = []
+    return list(declared_answers(source))
+
+
+def declared_answers(source: str) -> dict[str, str]:
+    """name -> "function" (a ``def`` in the answer cell) or "value" (anything assigned), for
+    one answer cell of the instructor's student edition: the kind each answer must have."""
+    kinds: dict[str, str] = {}
     for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.append(node.name)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            kinds[node.name] = "function"
+        elif isinstance(node, ast.ClassDef):
+            kinds[node.name] = "value"
         for target in getattr(node, "targets", []) + [getattr(node, "target", None)]:
             if target is not None:
-                names += [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
-    return names
+                for n in ast.walk(target):
+                    if isinstance(n, ast.Name):
+                        kinds.setdefault(n.id, "value")
+    return kinds
 
 
-def _def_time_names(node: ast.AST) -> set[str]:
-    """Names evaluated when a ``def`` (or lambda) statement runs: decorators, defaults,
-    annotations. The body only runs when called."""
-    exprs = []
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        exprs += getattr(node, "decorator_list", [])
-        a = node.args
-        exprs += a.defaults + [d for d in a.kw_defaults if d is not None]
-        if not isinstance(node, ast.Lambda):
-            exprs += [x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs
-                      + [a.vararg, a.kwarg] if x is not None and x.annotation is not None]
-            exprs += [node.returns] if node.returns is not None else []
-    return {n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)}
-
-
-def rebuild(name: str, entry: dict, namespace: dict, student_functions: set[str]):
-    """The value of one answers.json entry, rebuilt without running student code; a function is
-    defined from its source (its body runs only when called). Raises ValueError if refused."""
-    kind = entry.get("kind")
-    if kind == "literal":
-        return ast.literal_eval(entry["repr"])
-    if kind == "float":
-        return float(entry["repr"]) if entry["repr"] in ("nan", "inf", "-inf") else \
-            _refuse(name, "not a float")
-    if kind == "ellipsis":
-        return ...
-    if kind == "tensor":
-        import torch
-        data = ast.literal_eval(entry["data"])
-        dtype = getattr(torch, entry["dtype"], None)
-        if not isinstance(dtype, torch.dtype) or len(data) > MAX_TENSOR_ELEMENTS:
-            _refuse(name, "not a tensor")
-        return torch.tensor(data, dtype=dtype).reshape(entry["shape"])
-    if kind == "module":
-        return importlib.import_module(entry["module"])
-    if kind == "ref":
-        obj = importlib.import_module(entry["module"])
-        for part in entry["qualname"].split("."):
-            obj = getattr(obj, part)
-        return obj
-    if kind == "function":
-        tree = ast.parse(entry["source"])
-        node = tree.body[0] if len(tree.body) == 1 else None
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda) and \
-                [getattr(t, "id", None) for t in node.targets] == [name]:
-            lam = node.value
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            lam = node
-        else:
-            _refuse(name, "its source is not one `def` (or `name = lambda`) of that name")
-        if _def_time_names(lam) & student_functions:
-            _refuse(name, "its decorators or default values call code of the submission")
-        scope = {}
-        exec(compile(tree, f"<answer {name}>", "exec"), namespace, scope)
-        return scope[name]
-    _refuse(name, f"a {entry.get('type', kind)} cannot be carried from the submission to the "
-                  "grader (give a number, string, list, dict, tensor or function)")
-
-
-def _refuse(name: str, why: str):
-    raise ValueError(f"answer `{name}` not used: {why}")
-
-
-def run_lesson(lesson: str, answers: dict[str, dict]) -> tuple[dict, list[str]]:
+def run_lesson(lesson: str, values: dict, functions: dict[str, FunctionAnswer],
+               notes: list[str]) -> dict:
     """Execute the trusted cells of the student edition in this interpreter, binding the
-    student's answers in place of each answer cell; return (namespace, notes for feedback)."""
+    student's answers in place of each answer cell; return the namespace."""
     import nbformat
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
     ns = shell.user_ns
-    student_functions = {n for n, e in answers.items() if e.get("kind") == "function"}
-    notes: list[str] = []
-    deps_bound = False
     for cell in nbformat.read(lesson, as_version=4).cells:
         if cell.cell_type != "code" or any(m in cell.source for m in SKIP_MARKERS):
             continue
         if "otter_answer_cell" not in cell.metadata.get("tags", []):
             shell.run_cell(cell.source, store_history=False)
             continue
-        wanted = defined_names(cell.source)
-        for name in wanted:
+        for name in defined_names(cell.source):
             ns.pop(name, None)
-        extra = [] if deps_bound else [n for n, e in answers.items() if not e.get("answer")]
-        deps_bound = True
-        for name in wanted + extra:
-            if name not in answers:
-                if name in wanted:
-                    notes.append(f"answer `{name}` is not defined in the submission")
-                continue
-            if name in extra and name in ns:
-                continue  # the lesson's own definition wins over the submission's
-            try:
-                ns[name] = rebuild(name, answers[name], ns, student_functions)
-            except Exception as err:  # refused or malformed: the answer is missing
-                notes.append(str(err) if isinstance(err, ValueError) else
-                             f"answer `{name}` not used: {type(err).__name__}: {err}")
-    return ns, notes
+            if name in functions:
+                ns[name] = functions[name]
+            elif name in values:
+                try:
+                    ns[name] = plain.decode(values[name])
+                except plain.NotPlainData as err:
+                    notes.append(f"answer `{name}` not used: {err}")
+    return ns
 
 
-def score(lesson: str, answers_path: str, tests_dir: str, result_fd: str) -> None:
-    channel = os.fdopen(int(result_fd), "w")
-    raw = Path(answers_path).read_bytes()
-    answers = json.loads(raw) if len(raw) <= MAX_ANSWERS_BYTES else {}
-    if not isinstance(answers, dict) or not all(isinstance(e, dict) for e in answers.values()):
-        answers = {}
+def score(lesson: str, answers_path: str, tests_dir: str, result_fd: str,
+          channels_json: str) -> None:
+    channel = int(result_fd)
+    os.set_inheritable(channel, False)
+    answers = json.loads(Path(answers_path).read_text())
+    notes = list(answers.get("notes", []))
+    functions = {name: FunctionAnswer(name, *fds) for name, fds in json.loads(channels_json).items()}
     from otter.test_files import GradingResults, OKTestFile
 
-    ns, notes = run_lesson(lesson, answers)
+    ns = run_lesson(lesson, answers.get("values", {}), functions, notes)
     test_files = []
     for path in sorted(Path(tests_dir).glob("*.py")):
         tf = OKTestFile.from_file(str(path))
@@ -258,10 +368,10 @@ def score(lesson: str, answers_path: str, tests_dir: str, result_fd: str) -> Non
     tests = [{"name": "Public Tests", "output": prefix + results.summary(public_only=True)}]
     tests += [{"name": tf.name, "score": tf.score, "max_score": tf.possible,
                "output": prefix + tf.summary()} for tf in test_files]
-    json.dump({"tests": tests}, channel)
-    channel.close()
+    send(channel, {"tests": tests})
+    os.close(channel)
 
 
 if __name__ == "__main__":
     stage, *args = sys.argv[1:]
-    {"execute": execute, "score": score}[stage](*args)
+    {"execute": execute, "serve": serve, "score": score}[stage](*args)

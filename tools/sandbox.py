@@ -5,8 +5,10 @@ With ``bwrap`` (Debian/Ubuntu: ``apt-get install bubblewrap``) the command sees:
 
     /usr, /etc basics, the Python installation, the venv, the kit    read-only, at their own paths
     the read-only inputs given (e.g. the submission)                  read-only, at their own paths
-    /grade (the scratch folder), with HOME=/grade/home, cwd /grade/work    the only writable place
-    /tmp, /dev/shm                                                    private tmpfs, size-capped
+    /grade, with HOME=/grade/home, cwd /grade/work     the only writable place: a private
+                                                      tmpfs of ``Limits.scratch_bytes`` (2 GiB)
+    /tmp, /dev/shm                                    private tmpfs, size-capped
+    the ``hidden`` paths given (e.g. the kit)         empty (a tmpfs over them)
     its own network (loopback only), PIDs, IPC, hostname; no capabilities
     /etc/hosts that maps its hostname to the loopback address      (torchrun's rendezvous
                                                                     connects to the hostname)
@@ -21,9 +23,13 @@ Limits (``setrlimit`` in the child before ``bwrap`` starts; every process inside
 address space (RLIMIT_AS, per process), CPU seconds (RLIMIT_CPU, per process), processes and
 threads (RLIMIT_NPROC, per uid), size of any file written (RLIMIT_FSIZE), no core dumps.
 
-Without ``bwrap`` the command still gets the limits and the clean environment, but it can read
-and write whatever the grader's user can and reach the network; :func:`missing_isolation` says
-so, and tools/grade.py prints it loudly.
+Nothing the command writes lands on the grader's disk: its scratch is in memory, its output comes
+back through a pipe of which only the last ``OUTPUT_CHARS`` are kept, and whatever else it hands
+back goes through descriptors the caller passes (``pass_fds``), never through files the grader
+would open. Without ``bwrap`` the command still gets the limits and the clean environment, but
+its scratch is a folder on the grader's disk, it can read and write whatever the grader's user
+can and reach the network; :func:`missing_isolation` says so, and tools/grade.py prints it
+loudly.
 """
 from __future__ import annotations
 
@@ -39,6 +45,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 INSIDE = Path("/grade")  # where the scratch folder appears inside the sandbox
@@ -63,6 +70,7 @@ class Limits:
     cpu_seconds: int = 1200
     processes: int = 256
     file_bytes: int = 2**30
+    scratch_bytes: int = 2 * 2**30   # the in-memory /grade (isolated runs only)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -163,7 +171,8 @@ def hosts_file() -> Path:
     return Path(name)
 
 
-def bwrap_command(argv: list[str], scratch: Path, readonly: list[Path], uid: int | None) -> list[str]:
+def bwrap_command(argv: list[str], readonly: list[Path], uid: int | None, *,
+                  hidden: list[Path] = (), scratch_bytes: int = Limits.scratch_bytes) -> list[str]:
     args = [bwrap(), "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid",
             "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", HOSTNAME,
             "--proc", "/proc", "--dev", "/dev",
@@ -193,7 +202,12 @@ def bwrap_command(argv: list[str], scratch: Path, readonly: list[Path], uid: int
     for name in ETC_FILES:
         _bind(args, "--ro-bind", Path("/etc") / name)
     args += ["--ro-bind", str(hosts_file()), "/etc/hosts"]
-    args += ["--bind", str(scratch), str(INSIDE), "--chdir", str(INSIDE / "work")]
+    for p in hidden:  # an empty, read-only folder over it: what was there cannot be read
+        args += ["--perms", "0555", "--tmpfs", str(p), "--remount-ro", str(p)]
+    args += ["--size", str(scratch_bytes), "--perms", "0755", "--tmpfs", str(INSIDE)]
+    for sub in ("home", "work", "tmp"):
+        args += ["--perms", "1777", "--dir", str(INSIDE / sub)]
+    args += ["--chdir", str(INSIDE / "work")]
     if uid is not None:  # drop root: fresh uid, no groups, no capabilities, no setuid gains
         args += ["--", shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}",
                  f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
@@ -214,51 +228,99 @@ def clean_environment(home: Path, extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def run(argv: list[str], scratch: Path, *, readonly: list[Path] = (), timeout: float,
-        limits: Limits = Limits(), env: dict[str, str] | None = None,
-        pass_fds: tuple[int, ...] = ()) -> Outcome:
-    """Run ``argv`` in a sandbox whose only writable folder is ``scratch`` (made here, with
-    ``home/``, ``work/`` and ``tmp/`` inside; seen as /grade when isolated). ``readonly`` paths
-    are visible at their own paths, read-only. On timeout everything it started is killed.
+class Running:
+    """A sandboxed command started by :func:`start`; :meth:`wait` ends it."""
 
-    ``pass_fds``: descriptors the command inherits (e.g. the write end of a pipe for results)."""
-    if not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    scratch = Path(scratch).resolve()
-    for sub in ("home", "work", "tmp"):
-        (scratch / sub).mkdir(parents=True, exist_ok=True)
+    def __init__(self, proc: subprocess.Popen, output: "_Tail", isolated: bool):
+        self.proc, self._output, self.isolated = proc, output, isolated
+
+    def wait(self, timeout: float) -> Outcome:
+        """Wait up to ``timeout`` seconds; past it, kill everything the command started."""
+        try:
+            returncode = self.proc.wait(timeout=max(timeout, 0.01))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            returncode = None
+        self._output.join()
+        return Outcome(returncode, self._output.text(), self.isolated)
+
+    def kill(self) -> None:
+        # bwrap's children die with it (--die-with-parent, then the PID namespace goes);
+        # without bwrap the process group is all we can reach
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+class _Tail(threading.Thread):
+    """Drains a pipe, keeping its last ``OUTPUT_CHARS`` bytes: a command printing without end
+    costs the grader neither memory nor disk."""
+
+    def __init__(self, fd: int):
+        super().__init__(daemon=True)
+        self.fd, self.data = fd, bytearray()
+        self.start()
+
+    def run(self):
+        with os.fdopen(self.fd, "rb", buffering=0) as f:
+            while chunk := f.read(65536):
+                self.data += chunk
+                del self.data[:-OUTPUT_CHARS]
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")
+
+
+def start(argv: list[str], scratch: Path, *, readonly: list[Path] = (), hidden: list[Path] = (),
+          limits: Limits = Limits(), env: dict[str, str] | None = None,
+          pass_fds: tuple[int, ...] = ()) -> Running:
+    """Start ``argv`` in a sandbox. Isolated, its only writable folder is an in-memory /grade of
+    ``limits.scratch_bytes`` (``scratch`` is not used); without bwrap it is the folder
+    ``scratch`` (made here, with ``home/``, ``work/`` and ``tmp/`` inside). ``readonly`` paths are
+    visible at their own paths, read-only; ``hidden`` ones are empty (isolated runs only).
+
+    ``pass_fds``: descriptors the command inherits (e.g. pipes for answers and results)."""
     isolated = bwrap() is not None
     root = os.geteuid() == 0
     uid = _sandbox_uid() if isolated and root else None
-    if uid is not None:
-        for p in [scratch, *scratch.rglob("*")]:
-            os.chown(p, uid, uid, follow_symlinks=False)
-    base = INSIDE if isolated else scratch
-    full_env = clean_environment(base / "home", env or {})
     if isolated:
+        full_env = clean_environment(INSIDE / "home", env or {})
         full_env["TMPDIR"] = "/tmp"
-        cmd = bwrap_command(argv, scratch, list(readonly), uid)
+        cmd = bwrap_command(argv, list(readonly), uid, hidden=list(hidden),
+                            scratch_bytes=limits.scratch_bytes)
+        cwd = "/"
         # as root the sandbox uid is fresh: count from zero; else the limit must leave room for
         # the processes the user already runs (they count against the same per-uid limit)
         nproc = limits.processes + (0 if uid is not None else _processes_of(os.getuid()))
     else:
-        cmd = list(argv)
+        scratch = Path(scratch).resolve()
+        for sub in ("home", "work", "tmp"):
+            (scratch / sub).mkdir(parents=True, exist_ok=True)
+        full_env = clean_environment(scratch / "home", env or {})
+        cmd, cwd = list(argv), scratch / "work"
         nproc = limits.processes + _processes_of(os.getuid())
-    # output goes to a file outside the scratch folder, not a pipe: a submission printing
-    # without end would otherwise fill the grader's memory (the file is capped by RLIMIT_FSIZE)
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(cmd, env=full_env, cwd=scratch / "work", stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                pass_fds=pass_fds,
+    read_end, write_end = os.pipe()
+    try:
+        proc = subprocess.Popen(cmd, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=write_end, stderr=subprocess.STDOUT,
+                                start_new_session=True, pass_fds=pass_fds,
                                 preexec_fn=functools.partial(_set_limits, limits, nproc))
-        try:
-            returncode = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            # bwrap's children die with it (--die-with-parent, then the PID namespace goes);
-            # without bwrap the process group is all we can reach
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            returncode = None
-        size = log.seek(0, os.SEEK_END)
-        log.seek(max(0, size - OUTPUT_CHARS))
-        return Outcome(returncode, log.read().decode(errors="replace"), isolated)
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return Running(proc, _Tail(read_end), isolated)
+
+
+def run(argv: list[str], scratch: Path, *, readonly: list[Path] = (), hidden: list[Path] = (),
+        timeout: float, limits: Limits = Limits(), env: dict[str, str] | None = None,
+        pass_fds: tuple[int, ...] = ()) -> Outcome:
+    """:func:`start` ``argv`` and wait for it, at most ``timeout`` seconds (then everything it
+    started is killed)."""
+    if not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return start(argv, scratch, readonly=readonly, hidden=hidden, limits=limits, env=env,
+                 pass_fds=pass_fds).wait(timeout)

@@ -2,7 +2,8 @@
 
 Every check raises ``AssertionError`` (what otter-grader reports as a failed test) whose message
 names the quantity and says how the answer disagrees: in which direction and by what factor
-("your answer 49,152 is 4.00× too small (off by 75.0%; allowed: rtol=0)"), for a tensor which
+("your answer 49,152 is 4× too small (allowed: rtol=0)"; small misses as a band: "10–25% too
+large"), for a tensor which
 element misses most, for things that are not numbers only that they differ. A message never
 contains the expected value, so one wrong try does not give away a predict-then-measure answer
 (``exercises.reveal(name)`` in a student edition is the way to see a solution). Shapes and lengths
@@ -111,10 +112,8 @@ def check_equal(answer: Any, expected: Any, *, what: str = "answer") -> None:
 
 
 def describe_miss(got: float, want: float, allowed: str = "") -> str:
-    """How ``got`` misses ``want``, without ``want``: "4.00× too small (off by 75.0%)",
-    "12.5% too large", "too large, and of the wrong sign". ``allowed`` is appended in the
+    """How ``got`` misses ``want``, without ``want``: "4× too small", "10–25% too large", "too large, and of the wrong sign". ``allowed`` is appended in the
     parentheses (the tolerance)."""
-    tail = f"; {allowed}" if allowed else ""
     if math.isnan(got) or math.isnan(want):
         return f"not a number{f' ({allowed})' if allowed else ''}"
     direction = "too large" if got > want else "too small"
@@ -124,14 +123,13 @@ def describe_miss(got: float, want: float, allowed: str = "") -> str:
     rel = abs(got - want) / abs(want)
     ratio = abs(got) / abs(want)
     factor = max(ratio, 1 / ratio)
-    off = f"off by {_percent(rel)}"
     if want > 0:
         if factor >= 2:
-            return f"{_times(factor)} {direction} ({off}{tail})"
+            return f"{_times(factor)} {direction}{f' ({allowed})' if allowed else ''}"
         return f"{_percent(rel)} {direction}{f' ({allowed})' if allowed else ''}"
     size = "too small" if ratio < 1 else "too large"  # negative numbers: speak of the magnitude
     if factor >= 2:
-        return f"{direction}: its magnitude is {_times(factor)} {size} ({off}{tail})"
+        return f"{direction}: its magnitude is {_times(factor)} {size}{f' ({allowed})' if allowed else ''}"
     return f"{direction}: its magnitude is {_percent(rel)} {size}{f' ({allowed})' if allowed else ''}"
 
 
@@ -261,13 +259,21 @@ def _fmt(x: Any, got: float | None = None, want: float | None = None) -> str:
     return f"{x:.{digits}g}"
 
 
+_BANDS = (0.001, 0.01, 0.1, 0.25, 0.5, 1.0)
+
+
 def _percent(rel: float) -> str:
-    pct = 100 * rel
-    return f"{pct:.1f}%" if pct >= 0.1 else f"{pct:.2g}%"
+    """A band, not the exact error: with the answer beside it an exact percentage would give the
+    expected value away (4 is "33.3% too large" only of 3)."""
+    for lo, hi in zip((0.0,) + _BANDS, _BANDS):
+        if rel < hi:
+            return f"less than {100 * hi:g}%" if lo == 0 else f"{100 * lo:g}–{100 * hi:g}%"
+    return "over 100%"
 
 
 def _times(factor: float) -> str:
-    return f"{factor:.2f}×" if factor < 100 else f"{factor:,.0f}×"
+    """Two significant figures: enough to spot a missing 4 or 1024, not to recover the value."""
+    return f"{float(f'{factor:.2g}'):g}×"
 
 
 def _index(flat: int, shape: tuple[int, ...]) -> str:

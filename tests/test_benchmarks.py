@@ -72,3 +72,13 @@ def test_fake_ledger_benchmark_quick():
     assert layers[1]["tflops"] > layers[0]["tflops"] and layers[1]["resident_gb"] > layers[0]["resident_gb"]
     ranks = result["growth_with_ranks"]
     assert ranks[1]["resident_gb"] < ranks[0]["resident_gb"]   # FSDP2 shards over more ranks
+
+
+def test_committed_results_are_full_runs():
+    """benchmarks/results/ is what the README and the goals quote: a quick run's figures are
+    not those (benchmarks/run.py --quick no longer writes there)."""
+    import json
+    quick = [p.name for p in sorted((BENCH / "results").glob("*.json"))
+             if json.loads(p.read_text()).get("quick", False)]
+    assert not quick, f"quick runs committed as results: {quick}; rerun them in full " \
+                      "(python benchmarks/run.py NAME)"

@@ -60,13 +60,13 @@ def failure(fn, *args, **kwargs) -> str:
 
 
 CLOSE_CASES = [  # (answer, expected, kwargs, what the message must say)
-    (49152, 196608, dict(rtol=0), "4.00× too small"),
-    (225_000, 200_000, dict(rtol=0), "12.5% too large"),
+    (49152, 196608, dict(rtol=0), "4× too small"),
+    (225_000, 200_000, dict(rtol=0), "10–25% too large"),
     (2, 3, dict(rtol=0), "too small"),
-    (307_200, 1.2288e6, dict(rtol=0), "4.00× too small"),
+    (307_200, 1.2288e6, dict(rtol=0), "4× too small"),
     (0.2, 0.123456789, dict(rtol=1e-6), "too large"),
     (1.0000001, 1.0000000005, dict(rtol=1e-9), "too large"),
-    (-2.0, -8.75, dict(rtol=1e-6), "magnitude is 4.38× too small"),
+    (-2.0, -8.75, dict(rtol=1e-6), "magnitude is 4.4× too small"),
     (5.5, -8.75, dict(rtol=1e-6), "wrong sign"),
     (0.5, 1234.5678, dict(rtol=0.1, atol=1.0), "too small"),
 ]
@@ -84,7 +84,7 @@ def test_check_close_on_a_tensor_names_the_worst_element_and_its_direction():
     got = torch.tensor([[1.5, 130.0], [7.75, 9.25]])
     want = torch.tensor([[1.5, 123.456], [7.75, 21.125]])
     message = failure(check_close, got, want, rtol=1e-3, what="v")
-    assert "element [1, 1]" in message and "2.28× too small" in message, message
+    assert "element [1, 1]" in message and "2.3× too small" in message, message
     assert "2 of 4 elements" in message, message
     for w in (123.456, 21.125):
         assert not spells(message, w), (message, w)
@@ -99,8 +99,8 @@ def test_check_close_never_shows_a_non_numeric_expected_value():
 
 EQUAL_CASES = [  # (answer, expected, what the message must say)
     (4, 3, "too large"),
-    (12_007, 16_000, "25.0% too small"),
-    (0.5, 0.625, "20.0% too small"),
+    (12_007, 16_000, "10–25% too small"),
+    (0.5, 0.625, "10–25% too small"),
     ((3, 7), (3, 9), "your answer[1] 7 is"),
     ([3, 7], (3, 7), "is a list, the check expects a tuple"),
     ([5, 10, 15], [5, 10], "has 3 item(s)"),
@@ -138,8 +138,8 @@ def test_equal_things_pass():
 
 
 def test_describe_miss_wording():
-    assert describe_miss(49152, 196608, "allowed: rtol=0") == "4.00× too small (off by 75.0%; allowed: rtol=0)"
-    assert describe_miss(225, 200) == "12.5% too large"
+    assert describe_miss(49152, 196608, "allowed: rtol=0") == "4× too small (allowed: rtol=0)"
+    assert describe_miss(225, 200) == "10–25% too large"
     assert describe_miss(0.5, 0.0) == "too large"
 
 
@@ -177,13 +177,13 @@ def test_practice_feedback_never_spells_the_expected_value():
     assert result.status == "failed" and result.passed == 0 and result.total == 7, shown
     for value in EXPECTED:
         assert not spells(shown, value), f"feedback spells {value!r}:\n{shown}"
-    assert "yours: state_bytes(1000) = 20,007: 25.0% too large" in shown, shown
+    assert "yours: state_bytes(1000) = 20,007: 25–50% too large" in shown, shown
     assert "hint: weights, gradients and two moments" in shown
     assert "check_close(state_bytes(3), …)" in shown and "three parameters: your answer 67" in shown
     assert "yours: optimizer_name = 'adam'" in shown
     assert "it should be <= 4 * 20" in shown and "hint: 107 bytes is more than the budget" in shown
-    assert "your answer[0] 27 is 68.8% too large" in shown
-    assert "your answer['full'] 20 is 16.7% too small" in shown
+    assert "your answer[0] 27 is 50–100% too large" in shown
+    assert "your answer['full'] 20 is 10–25% too small" in shown
     assert 'exercises.reveal("q_demo")' in shown
 
 

@@ -147,7 +147,7 @@ def test_check_shows_the_answer_how_it_misses_and_the_hint_never_the_expected_va
     r = _check("def adam_resident_bytes(n):\n    return 12 * n")
     shown = repr(r)
     assert r.status == "failed" and (r.passed, r.total) == (0, 1)
-    assert "yours: adam_resident_bytes(1000) = 12,000: 25.0% too small" in shown
+    assert "yours: adam_resident_bytes(1000) = 12,000: 25–50% too small" in shown
     assert "16,000" not in shown and "16000" not in shown and "16 * 1000" not in shown
     assert "hint: weights, gradients and two moments" in shown
     assert 'exercises.reveal("q3_adam_resident")' in shown

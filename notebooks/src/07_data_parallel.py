@@ -375,10 +375,10 @@ def average_uneven_gradients(shard_grads, shard_sizes):
 
 # %%
 # a batch and a model of the lesson's kind, measured here (not the lesson's own x, y and full_grad)
-_model = toys.make_mlp(16, 32, 4, seed=7)
+_mlp = toys.make_mlp(16, 32, 4, seed=7)
 _x, _y = toys.global_batch(1, 16, 16, 4, seed=7)
-_full = torch.autograd.grad(F.mse_loss(_model(_x), _y), list(_model.parameters()))
-_grads = [torch.autograd.grad(F.mse_loss(_model(xs), ys), list(_model.parameters()))
+_full = torch.autograd.grad(F.mse_loss(_mlp(_x), _y), list(_mlp.parameters()))
+_grads = [torch.autograd.grad(F.mse_loss(_mlp(xs), ys), list(_mlp.parameters()))
           for xs, ys in zip(_x.split(list(task.shard_sizes)), _y.split(list(task.shard_sizes)))]
 check_close(torch.cat([g.flatten() for g in average_uneven_gradients(_grads, list(task.shard_sizes))]),
             torch.cat([g.flatten() for g in _full]), rtol=1e-5, atol=1e-7,

@@ -50,8 +50,11 @@ def _check_what(what: Any) -> str:
 def _as_tensor(x: Any, what: str, role: str) -> torch.Tensor:
     # only the answer is ever shown: the expected value is named by its type at most
     shown = f" {x!r}" if role == "answer" else ""
-    if isinstance(x, torch.Tensor):
+    if isinstance(x, torch.Tensor) and x.dtype != torch.bool:
         return x.detach().to("cpu", torch.float64)
+    if isinstance(x, torch.Tensor) or (isinstance(x, (list, tuple)) and x and
+                                       all(isinstance(v, bool) for v in x)):
+        raise AssertionError(f"{what}: the {role} should be numbers, got booleans")
     if isinstance(x, (bool, str, bytes, dict, set)):
         raise AssertionError(f"{what}: the {role} should be a number or a tensor, "
                              f"got {type(x).__name__}{shown}")
@@ -166,6 +169,8 @@ def describe_difference(answer: Any, expected: Any, _where: str = "") -> str | N
             if diff is not None:
                 return diff
         return None
+    if isinstance(answer, bool) != isinstance(expected, bool):  # True == 1 in Python
+        return f"{label} is a {type(answer).__name__}, the check expects a {type(expected).__name__}"
     try:
         same = bool(answer == expected)
     except Exception:  # noqa: BLE001 - an answer whose == fails is not equal
@@ -184,6 +189,9 @@ def _tensor_difference(answer: Any, expected: Any, label: str) -> str | None:
         return f"{label} is a {type(answer).__name__}, the check expects a tensor"
     if a.shape != e.shape:
         return f"{label}: expected shape {tuple(e.shape)}, got shape {tuple(a.shape)}"
+    if (a.dtype == torch.bool) != (e.dtype == torch.bool):  # True is not "any non-zero number"
+        return (f"{label} is a tensor of {'booleans' if a.dtype == torch.bool else 'numbers'}, "
+                f"the check expects {'booleans' if e.dtype == torch.bool else 'numbers'}")
     if a.dtype == e.dtype and torch.equal(a, e):
         return None
     if e.dtype != torch.bool and a.dtype != torch.bool and e.numel() and \
@@ -199,7 +207,8 @@ def _tensor_difference(answer: Any, expected: Any, label: str) -> str | None:
         count = "" if a.dim() == 0 else f"; {int(differ.sum())} of {a.numel()} elements differ"
         return (f"{label} (a tensor of shape {tuple(a.shape)}) misses most{where}: your {_fmt(g, g, w)} "
                 f"there is {describe_miss(g, w, 'it must be exact')}{count}")
-    differ = a.detach().cpu() != e.detach().cpu().to(a.dtype)
+    common = torch.promote_types(a.dtype, e.dtype)  # never the answer's dtype: it could round
+    differ = a.detach().cpu().to(common) != e.detach().cpu().to(common)
     if not bool(differ.any()):
         return None
     first = int(torch.nonzero(differ.flatten())[0])

@@ -144,3 +144,52 @@ def _one_zip() -> bytes:
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr("x.ipynb", '{"cells": []}')
     return buf.getvalue()
+
+
+@pytest.mark.parametrize("answer, expected", [
+    (torch.tensor(True), 12), (torch.ones(3, dtype=torch.bool), torch.tensor([5, 9, 2])),
+    (True, 1), ([True, True], [1, 2]), ((torch.tensor(True), torch.tensor(True)), (3, 4)),
+])
+def test_booleans_are_not_any_nonzero_number(answer, expected):
+    """A graded function can return booleans (plain data carries them faithfully): the checks
+    must not compare them as "non-zero" (a bool tensor used to pass check_equal against 49152)."""
+    from course_utils.exercises import check_close, check_equal
+    back = roundtrip(answer)
+    with pytest.raises(AssertionError):
+        check_equal(back, expected, what="x")
+    if not isinstance(back, tuple):
+        with pytest.raises(AssertionError):
+            check_close(back, expected, what="x")
+
+
+def test_names_and_reasons_cannot_drive_a_terminal_or_a_spreadsheet(tmp_path):
+    name = "\x1b[1A\x1b[2K\rcarol.ipynb: ok\n.ipynb"
+    (tmp_path / name).write_text("{}")
+    (tmp_path / "=HYPERLINK(1).ipynb").write_text("{}")
+    shown = {s.name for s in grade.submissions(tmp_path)}
+    assert "\\x1b[1A\\x1b[2K\\x0dcarol.ipynb: ok\\n.ipynb" in shown
+    assert all(not any(ord(c) < 32 for c in n) for n in shown)
+    grade.write_csv(tmp_path / "s.csv", [("=HYPERLINK(1).ipynb", grade.failed(
+        "error", "=cmd|' /C calc'!A0", {"q1": 1.0}))], {"q1": 1.0})
+    text = (tmp_path / "s.csv").read_text()
+    assert "'=HYPERLINK(1).ipynb" in text and "'=cmd" in text
+
+
+def test_a_function_answer_raises_builtins_by_name_and_nothing_else_passes_check_raises():
+    import os
+    import grade_stages as gs
+    from course_utils.exercises import check_raises
+
+    def answer_with(reply):
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        gs.send(from_w, reply)
+        return gs.FunctionAnswer("f", to_w, from_r)
+
+    with pytest.raises(ValueError, match="raised by your function `f`"):
+        answer_with({"error": "ValueError: no", "type": "ValueError"})(1)
+    check_raises(ValueError, answer_with({"error": "ValueError: no", "type": "ValueError"}), 1)
+    for reply in ({"error": "Boom: x", "type": "Boom"}, {"ok": 1, "extra": 2}, {"junk": 1}):
+        with pytest.raises(gs.AnswerError):
+            check_raises(Exception, answer_with(reply), 1)
+    assert answer_with({"ok": {"tuple": [1, {"float": "inf"}]}})(1) == (1, math.inf)

@@ -62,6 +62,7 @@ EXPECTED = {
     # filesystem
     "planted_symlink.ipynb": {("ok", 2)},
     "disk_fill.ipynb": {("ok", 2)},
+    "escape_namespaces.ipynb": {("ok", 2)},   # the keyring and nested user namespaces
     "mallory.ipynb": {("error", 0)},          # a symlink to the solutions notebook
     # malformed files: each its own error row
     "lone_surrogate.ipynb": {("ok", 1)},
@@ -208,7 +209,7 @@ def class_run(tmp_path_factory):
     out = tmp / "grades" / "98"
     env = dict(os.environ, HOME=str(home), GRADER_SECRET_TOKEN=token)
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / "grade.py"), str(zip_path),
-                           str(folder), "--out", str(out), "--timeout", "120", "--jobs", "2",
+                           str(folder), "--out", str(out), "--timeout", "60", "--jobs", "2",
                            "--scratch-mib", str(SCRATCH_BYTES >> 20)],
                           capture_output=True, text=True, env=env, timeout=1800)
     after = {f: tree_digest(f, c) for f, c in watched.items()}
@@ -262,6 +263,9 @@ def test_nothing_leaks_and_nothing_outside_changes(class_run):
     executed = (out / "results" / "disk_fill" / "executed.ipynb").read_text()
     filled = int(executed.split("disk full after ")[1].split(" bytes")[0])
     assert 0 < filled <= SCRATCH_BYTES
+    # the seccomp filter: no keyring (EPERM: -1), no user namespace inside the sandbox
+    executed = (out / "results" / "escape_namespaces" / "executed.ipynb").read_text()
+    assert "keyring id: -1; nested user namespace exit status: 1" in executed, executed[-2000:]
 
 
 @needs_bwrap
@@ -275,6 +279,8 @@ def test_feedback_says_why_and_never_the_expected_value(class_run):
     assert "2 files for student 'dup'" in rows["dup.zip"]["reason"]
     assert "encrypted" in rows["encrypted.zip"]["reason"]
     assert "not a student ID" in rows["\\xff\\xfe.ipynb"]["reason"]
+    assert "another lesson" in rows["zoe.ipynb"]["reason"]
+    assert "could not be executed" in rows["deep.ipynb"]["reason"]
     # linus handed in ada's number for his own variant: told he is wrong, never the right number
     text = feedback["linus"]
     assert "graded as student 'linus'" in text and "q3_variant_resident_bytes: 0 / 1" in text

@@ -61,8 +61,9 @@ STATUS_OK, STATUS_TIMEOUT, STATUS_ERROR = "ok", "timeout", "error"
 TOOLS = Path(__file__).resolve().parent
 STAGES = TOOLS / "grade_stages.py"
 SUFFIXES = (".ipynb", ".zip")
-MAX_NOTEBOOK_BYTES = 64 * 2**20
-MAX_STAGE1_BYTES = 2 * MAX_NOTEBOOK_BYTES + 2**20
+MAX_NOTEBOOK_BYTES = 32 * 2**20     # a submitted notebook, outputs and all
+MAX_ANSWERS_CHARS = 4 * 2**20       # the answers' JSON: real answers take kilobytes
+MAX_STAGE1_BYTES = 2 * MAX_NOTEBOOK_BYTES + MAX_ANSWERS_CHARS
 MAX_RESULT_BYTES = 16 * 2**20
 MAX_SOURCE_CHARS = 200_000
 SAFE_ID = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?")
@@ -83,8 +84,10 @@ class Submission:
 
 
 def printable(name: str) -> str:
-    """A file name as text that any UTF-8 writer accepts (undecodable bytes escaped)."""
-    return os.fsencode(name).decode("utf-8", "backslashreplace")
+    """A file name as text safe to print and store: undecodable bytes and control characters
+    (terminal escapes, newlines) as backslash escapes."""
+    return plain.printable_text(os.fsencode(name).decode("utf-8", "backslashreplace"),
+                                keep_newlines=False)
 
 
 def student_id(stem: str) -> str:
@@ -92,7 +95,7 @@ def student_id(stem: str) -> str:
     (ASCII letters, digits, ``.``, ``_``, ``-``), so look-alike letters of other scripts are
     refused, not matched to another student's variants. Raises NotGraded."""
     text = printable(stem)
-    norm = unicodedata.normalize("NFKC", text).casefold()
+    norm = unicodedata.normalize("NFKC", os.fsencode(stem).decode("utf-8", "replace")).casefold()
     if not SAFE_ID.fullmatch(norm):
         raise NotGraded(f"the file name {text!r} is not a student ID: name submissions by ID "
                         "using letters a-z, digits, '.', '_' or '-' (e.g. alice.ipynb)")
@@ -211,20 +214,10 @@ def _notebook_in_zip(data: bytes) -> bytes:
     return out
 
 
-def _assignment_of(text: bytes) -> object:
-    try:
-        nb = plain.parse_json(text)
-    except plain.NotPlainData as err:
-        raise NotGraded(f"not a notebook ({err})") from None
-    meta = nb.get("metadata") if isinstance(nb, dict) else None
-    otter = meta.get("otter") if isinstance(meta, dict) else None
-    return otter.get("assignment_name") if isinstance(otter, dict) else None
-
-
-def _prepare(text: bytes, autograder: Path, tmp: Path) -> tuple[Path, Path, dict[str, str]]:
+def _prepare(text: bytes, autograder: Path, tmp: Path) -> tuple[Path, Path, dict[str, str], str]:
     """Lay out what the sandboxes read: the submission in ``tmp/submission/`` (stage 1 sees only
     that), the lesson and the tests in ``tmp/trusted/`` (stage 2 only). Returns (submission
-    notebook, lesson, declared answers: name -> "value" | "function")."""
+    notebook, lesson, declared answers: name -> "value" | "function", assignment name)."""
     trusted, mine = tmp / "trusted", tmp / "submission"
     mine.mkdir()
     with zipfile.ZipFile(autograder) as z:
@@ -238,18 +231,14 @@ def _prepare(text: bytes, autograder: Path, tmp: Path) -> tuple[Path, Path, dict
     if not lesson.is_file():
         raise ValueError(f"{lesson} is missing: grading runs the student edition that "
                          "tools/assign.py writes next to the autograder zip")
-    got = _assignment_of(text)
-    if got != name:
-        raise NotGraded(f"a notebook of assignment {str(got)[:80]!r}, not of {name!r}: was it "
-                        "handed in for another lesson?")
-    (mine / "submission.ipynb").write_bytes(text)
+    (mine / "submission.ipynb").write_bytes(text)  # parsed in the sandbox, not here
     lesson_copy = trusted / "lesson.ipynb"
     lesson_copy.write_bytes(lesson.read_bytes())
     declared: dict[str, str] = {}
     for cell in json.loads(lesson_copy.read_text())["cells"]:
         if "otter_answer_cell" in cell["metadata"].get("tags", []):
             declared.update(declared_answers("".join(cell["source"])))
-    return mine / "submission.ipynb", lesson_copy, declared
+    return mine / "submission.ipynb", lesson_copy, declared, name
 
 
 # --------------------------------------------------------------------------- the trust boundary
@@ -331,9 +320,10 @@ def run_one(submission: Path, autograder: Path, *, timeout: float, scale: str,
 
 
 def failed(status: str, why: str, points: dict[str, float], log: str = "") -> dict:
-    why = why.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate, escaped
+    why = plain.printable_text(why)  # control characters and lone surrogates, escaped
     return {"status": status, "scores": {q: (0.0, p) for q, p in points.items()}, "raw": None,
-            "reason": why.split("\n")[0][:300], "feedback": f"{why}\n\n{log}".rstrip() + "\n"}
+            "reason": why.split("\n")[0][:300],
+            "feedback": f"{why}\n\n{plain.printable_text(log)}".rstrip() + "\n"}
 
 
 def _grade(submission: Path, autograder: Path, *, timeout: float, scale: str, keep: Path | None,
@@ -353,14 +343,14 @@ def _grade(submission: Path, autograder: Path, *, timeout: float, scale: str, ke
 
     with tempfile.TemporaryDirectory(prefix="grade_") as tmp:
         tmp = Path(tmp)
-        nb, lesson, declared = _prepare(read_submission(submission), autograder, tmp)
+        nb, lesson, declared, assignment = _prepare(read_submission(submission), autograder, tmp)
 
         # stage 1: the student's notebook; what it hands back comes through a pipe
         read_end, write_end = os.pipe()
         collect = _Collect(read_end, MAX_STAGE1_BYTES, deadline)
         try:
             first = sandbox.run([python, str(STAGES), "execute", str(nb), json.dumps(list(declared)),
-                                 str(write_end)], tmp / "stage1", readonly=readonly + [nb.parent],
+                                 str(write_end), assignment], tmp / "stage1", readonly=readonly + [nb.parent],
                                 hidden=[practice], env=env, limits=limits, pass_fds=(write_end,),
                                 timeout=left())
         finally:
@@ -370,6 +360,10 @@ def _grade(submission: Path, autograder: Path, *, timeout: float, scale: str, ke
             return timed_out()
         try:
             message = plain.parse_json(collect.data or b"")
+            if isinstance(message, dict) and isinstance(message.get("refused"), str):
+                raise NotGraded(plain.printable_text(message["refused"][:300]))
+            if len(message["answers"]) > MAX_ANSWERS_CHARS:
+                raise NotGraded(f"its answers take more than {MAX_ANSWERS_CHARS >> 20} MiB")
             claim = plain.parse_json(message["answers"])
             executed = message["executed"]
             if not isinstance(executed, str):
@@ -442,9 +436,10 @@ def _grade(submission: Path, autograder: Path, *, timeout: float, scale: str, ke
         if keep is not None:
             (Path(keep) / "results.json").write_text(json.dumps(raw, indent=1),
                                                      errors="backslashreplace")
+    isolation = "" if first.isolated else " WITHOUT A SANDBOX (bubblewrap missing)"
     return {"status": STATUS_OK, "scores": scores, "raw": raw, "reason": "",
-            "feedback": f"graded as student {student!r} (exercise variants are drawn "
-                        f"from this ID)\n\n" + feedback_text(raw)}
+            "feedback": f"graded as student {student!r}{isolation} (exercise variants are drawn "
+                        f"from this ID)\n\n" + plain.printable_text(feedback_text(raw))}
 
 
 def results_of(raw, points: dict[str, float]) -> tuple[dict[str, tuple[float, float]], list]:
@@ -496,8 +491,8 @@ class ScoreSheet:
 
     def row(self, name: str, student: str | None, r: dict) -> list[str]:
         scores = [r["scores"].get(q, (0.0, 0.0))[0] for q in self.points]
-        return [name, student or "", r["status"], *(f"{s:g}" for s in scores),
-                f"{sum(scores):g}", f"{sum(self.points.values()):g}", r.get("reason", "")]
+        return [_cell(name), student or "", r["status"], *(f"{s:g}" for s in scores),
+                f"{sum(scores):g}", f"{sum(self.points.values()):g}", _cell(r.get("reason", ""))]
 
     def add(self, name: str, student: str | None, r: dict) -> None:
         with self.lock:
@@ -520,6 +515,11 @@ class ScoreSheet:
             w.writerows(rows)
 
 
+def _cell(text: str) -> str:
+    """A text cell a spreadsheet shows as text: one starting like a formula gets a quote."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def write_csv(path: Path, rows: list[tuple[str, dict]], points: dict[str, float]) -> None:
     """All rows at once (one per (file name, result)), columns from ``points``."""
     sheet = ScoreSheet(path, points)
@@ -537,10 +537,11 @@ def _slug(sub: Submission) -> str:
 
 
 def grade_folder(autograder: Path, folder: Path, out: Path, *, timeout: float = 600.0,
-                 scale: str = "ci", jobs: int = 1,
-                 limits: sandbox.Limits = sandbox.Limits()) -> Path:
+                 scale: str = "ci", jobs: int = 1, limits: sandbox.Limits = sandbox.Limits(),
+                 unsafe_without_sandbox: bool = False) -> Path:
     """Grade every submission in ``folder``, ``jobs`` at a time; return the path of scores.csv.
-    One submission's failure is its own ``error`` row: the others are still graded."""
+    One submission's failure is its own ``error`` row: the others are still graded. Without
+    bubblewrap it refuses unless ``unsafe_without_sandbox`` (then every feedback says so)."""
     autograder, out = Path(autograder), Path(out)
     if not autograder.is_file() or autograder.suffix != ".zip":
         raise ValueError(f"autograder must be an otter autograder .zip (from tools/assign.py), "
@@ -553,10 +554,21 @@ def grade_folder(autograder: Path, folder: Path, out: Path, *, timeout: float = 
     points = questions(autograder)
     missing = sandbox.missing_isolation()
     if missing:
+        if not unsafe_without_sandbox:
+            raise ValueError(f"{missing} To grade anyway, on a machine you can afford to lose, "
+                             "pass --unsafe-no-sandbox.")
         bar = "!" * 78
         print(f"{bar}\n{missing}\n{bar}", file=sys.stderr)
     (out / "feedback").mkdir(parents=True, exist_ok=True)
     (out / "results").mkdir(parents=True, exist_ok=True)
+    import fcntl
+    lock = open(out / ".grading.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise ValueError(f"another tools/grade.py is writing to {out}: wait for it or choose "
+                         "another --out") from None
     sheet = ScoreSheet(out / "scores.csv", points)
 
     def grade(sub: Submission) -> None:
@@ -581,6 +593,7 @@ def grade_folder(autograder: Path, folder: Path, out: Path, *, timeout: float = 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         list(pool.map(grade, found))
     sheet.finish()
+    lock.close()
     print(f"wrote {out / 'scores.csv'}")
     return out / "scores.csv"
 
@@ -597,11 +610,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
     ap.add_argument("--scratch-mib", type=int, default=sandbox.Limits.scratch_bytes >> 20,
                     help="in-memory scratch space of each sandbox, MiB (default 2048)")
+    ap.add_argument("--unsafe-no-sandbox", action="store_true",
+                    help="grade even without bubblewrap: submissions can then read your files "
+                         "and reach the network (see docs/instructor.md)")
     args = ap.parse_args(argv)
     try:
         limits = sandbox.Limits(scratch_bytes=args.scratch_mib * 2**20)
         grade_folder(args.autograder, args.folder, args.out, timeout=args.timeout, scale=args.scale,
-                     jobs=args.jobs, limits=limits)
+                     jobs=args.jobs, limits=limits, unsafe_without_sandbox=args.unsafe_no_sandbox)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -44,6 +44,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import plain  # noqa: E402
 
+# jsonschema (under nbformat and otter) imports rfc3987_syntax when it is installed, only to check
+# the "iri" string format, which no notebook schema uses; building its grammar costs ~2 s of CPU
+# in every stage of every submission. Marked missing, jsonschema skips that one format.
+sys.modules.setdefault("rfc3987_syntax", None)
+
 MAX_EXECUTED_BYTES = 64 * 2**20
 MAX_MESSAGE_BYTES = 64 * 2**20       # one call's arguments or result
 CALL_SECONDS = 120.0                 # one call of a student's function
@@ -150,17 +155,35 @@ def _bundle(namespace: dict, fn) -> dict:
     return {"source": _function_source(fn), "helpers": helpers}
 
 
-def execute(submission: str, names_json: str, out_fd: str) -> None:
+def _not_dumpable() -> None:
+    """The kernel this process starts runs as the same uid: without this it could take the
+    channel to the grader out of this process (``pidfd_getfd``, ptrace)."""
+    import ctypes
+    try:
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (OSError, AttributeError):  # not Linux: the sandbox is not available there either
+        pass
+
+
+def execute(submission: str, names_json: str, out_fd: str, assignment: str = "") -> None:
     import nbformat
     from jupyter_client.connect import ConnectionFileMixin
     from nbclient import NotebookClient
 
     out = int(out_fd)
     os.set_inheritable(out, False)  # the student's kernel never holds the channel to the grader
+    _not_dumpable()
     # unix sockets, not TCP ports: with TCP we saw grading hang now and then on a busy machine
     # where other kernels start at the same time (port races)
     ConnectionFileMixin.class_traits()["transport"].default_value = "ipc"
+    # parsed here, in the sandbox, not in the grader: JSON can take 20x its size in memory
     nb = nbformat.read(submission, as_version=4)
+    got = nb.metadata.get("otter", {}).get("assignment_name") if isinstance(
+        nb.metadata.get("otter"), dict) else None
+    if assignment and got != assignment:
+        send(out, {"refused": f"a notebook of assignment {str(got)[:80]!r}, not of "
+                              f"{assignment!r}: was it handed in for another lesson?"})
+        return
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     client = NotebookClient(nb, timeout=None, allow_errors=True, kernel_name="python3",
@@ -254,14 +277,23 @@ def serve(bundle_path: str, name: str, in_fd: str, out_fd: str) -> None:
             kwargs = plain.decode(request["kwargs"])
             reply = {"ok": plain.encode(fn(*args, **kwargs))}
         except BaseException as err:  # the student's code failed: report it as the answer
-            reply = {"error": f"{type(err).__name__}: {err}"[:2000]}
+            reply = {"error": f"{type(err).__name__}: {err}"[:2000], "type": type(err).__name__}
         send(wfd, reply)
 
 
 # --------------------------------------------------------------------------- stage 2 (trusted)
 
-class AnswerError(RuntimeError):
-    """A function answer raised, returned something that is not plain data, or did not reply."""
+class AnswerError(BaseException):
+    """A function answer returned something that is not plain data, did not reply, or raised an
+    exception that is not one of :data:`RERAISED`. A BaseException, so that
+    ``check_raises(Exception, ...)`` cannot pass a function that hangs or replies garbage."""
+
+
+# exceptions a student's function may raise on purpose (a check_raises test): raised again here,
+# by name, as the built-in class (never a class of the submission's making)
+RERAISED = {e.__name__: e for e in (ValueError, TypeError, ZeroDivisionError, IndexError,
+                                    KeyError, ArithmeticError, OverflowError, AssertionError,
+                                    NotImplementedError, RuntimeError, LookupError)}
 
 
 class FunctionAnswer:
@@ -284,11 +316,15 @@ class FunctionAnswer:
             raise AnswerError(f"your function `{self.name}` did not answer "
                               f"({type(err).__name__}: it crashed, hung for more than "
                               f"{CALL_SECONDS:g} s or replied too much)") from None
-        if type(reply) is not dict or len(reply) != 1:
+        if type(reply) is not dict or not ({"ok"} == set(reply) or
+                                           {"error", "type"} == set(reply)):
             raise AnswerError(f"your function `{self.name}` gave a malformed reply")
         if "error" in reply:
-            raise AnswerError(f"your function `{self.name}` raised "
-                              f"{str(reply['error'])[:2000]}")
+            text = plain.printable_text(str(reply["error"])[:2000])
+            kind = RERAISED.get(reply["type"]) if isinstance(reply["type"], str) else None
+            if kind is not None:
+                raise kind(f"(raised by your function `{self.name}`) {text}")
+            raise AnswerError(f"your function `{self.name}` raised {text}")
         try:
             return plain.decode(reply.get("ok"))
         except plain.NotPlainData as err:

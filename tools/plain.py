@@ -210,3 +210,15 @@ def reencode(value: Any) -> Any:
     if type(value) is dict:
         return {"dict": [[reencode(k), reencode(v)] for k, v in value.items()]}
     return value
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0))
+            if chr(c) not in "\n\t"}
+
+
+def printable_text(text: str, *, keep_newlines: bool = True) -> str:
+    """Submission text made safe to print or store: control characters (ANSI escapes that
+    rewrite a terminal, carriage returns) as ``\\xNN``, and what UTF-8 cannot encode (a lone
+    surrogate) as a backslash escape."""
+    table = dict(_CONTROL) if keep_newlines else {**_CONTROL, 0x0A: "\\n", 0x09: "\\t"}
+    return text.translate(table).encode("utf-8", "backslashreplace").decode("utf-8")

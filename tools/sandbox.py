@@ -86,6 +86,72 @@ class Outcome:
     isolated: bool          # ran under bwrap
 
 
+# --------------------------------------------------------------------------- seccomp
+# A small classic-BPF filter bwrap loads before the command starts (``--seccomp FD``). Why by
+# hand: libseccomp's Python binding is not on PyPI, and the filter is a dozen instructions.
+# It refuses, with EPERM:
+#   * new user namespaces (``unshare``/``clone`` with CLONE_NEWUSER): inside one a submission
+#     holds every capability over it (mounts: a tmpfs that escapes the scratch cap; netfilter;
+#     the usual local-root paths), and as root bwrap's --disable-userns cannot be used;
+#   * the kernel keyrings (``keyctl``, ``add_key``, ``request_key``): the grader's session
+#     keyring (Kerberos tickets, tokens) is inherited and its "possessor" rights ignore the uid;
+#   * any other ABI (i386 ``int 0x80``, x32), whose syscall numbers the filter does not check.
+# ``clone3`` answers ENOSYS: its flags sit in memory the filter cannot read, and glibc then falls
+# back to ``clone``, whose flags it can.
+_CLONE_NEWUSER = 0x10000000
+_SYSCALLS = {  # machine: (audit arch, keyctl, add_key, request_key, unshare, clone, clone3)
+    "x86_64": (0xC000003E, 250, 248, 249, 272, 56, 435),
+    "aarch64": (0xC00000B7, 219, 217, 218, 97, 220, 435),
+}
+
+
+def seccomp_filter() -> bytes | None:
+    """The filter above for this machine, as bwrap reads it; None on an architecture it does
+    not know (then only the other protections apply; docs/instructor.md says so)."""
+    import platform
+    import struct
+    numbers = _SYSCALLS.get(platform.machine())
+    if numbers is None:
+        return None
+    arch, keyctl, add_key, request_key, unshare, clone, clone3 = numbers
+    ld_w_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    prog = [
+        (ld_w_abs, 0, 0, 4),                  # 0  A = arch
+        (jeq, 1, 0, arch),                    # 1  our ABI: go on
+        (ret, 0, 0, eperm),                   # 2  any other ABI
+        (ld_w_abs, 0, 0, 0),                  # 3  A = syscall number
+        (jge, 0, 1, 0x40000000),              # 4  x32 numbers
+        (ret, 0, 0, eperm),                   # 5
+        (jeq, 0, 1, clone3),                  # 6
+        (ret, 0, 0, enosys),                  # 7
+        (jeq, 2, 0, keyctl),                  # 8  -> 11
+        (jeq, 1, 0, add_key),                 # 9  -> 11
+        (jeq, 0, 1, request_key),             # 10 -> 11 / 12
+        (ret, 0, 0, eperm),                   # 11
+        (jeq, 1, 0, unshare),                 # 12 -> 14
+        (jeq, 0, 3, clone),                   # 13 -> 14 / 17
+        (ld_w_abs, 0, 0, 16),                 # 14 A = low word of the first argument (flags)
+        (jset, 0, 1, _CLONE_NEWUSER),         # 15
+        (ret, 0, 0, eperm),                   # 16
+        (ret, 0, 0, allow),                   # 17
+    ]
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+@functools.lru_cache(maxsize=1)
+def _seccomp_file() -> int | None:
+    """A read-only descriptor of :func:`seccomp_filter` (bwrap reads it from the start, so each
+    sandbox gets a fresh ``dup`` positioned at 0: see :func:`start`)."""
+    program = seccomp_filter()
+    if program is None:
+        return None
+    fd, name = tempfile.mkstemp(prefix="sandbox_seccomp_")
+    os.write(fd, program)
+    os.unlink(name)
+    return fd
+
+
 @functools.lru_cache(maxsize=1)
 def bwrap() -> str | None:
     """Path of a working ``bwrap``, or None (not installed, or user namespaces refused)."""
@@ -172,8 +238,10 @@ def hosts_file() -> Path:
 
 
 def bwrap_command(argv: list[str], readonly: list[Path], uid: int | None, *,
-                  hidden: list[Path] = (), scratch_bytes: int = Limits.scratch_bytes) -> list[str]:
-    args = [bwrap(), "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid",
+                  hidden: list[Path] = (), scratch_bytes: int = Limits.scratch_bytes,
+                  seccomp_fd: int | None = None) -> list[str]:
+    args = [bwrap()] + (["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []) + [
+            "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid",
             "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", HOSTNAME,
             "--proc", "/proc", "--dev", "/dev",
             # private, size-capped and world-writable (the sandbox uid is not root): /dev/shm is
@@ -285,11 +353,15 @@ def start(argv: list[str], scratch: Path, *, readonly: list[Path] = (), hidden: 
     isolated = bwrap() is not None
     root = os.geteuid() == 0
     uid = _sandbox_uid() if isolated and root else None
+    seccomp_fd = None
     if isolated:
         full_env = clean_environment(INSIDE / "home", env or {})
         full_env["TMPDIR"] = "/tmp"
+        if _seccomp_file() is not None:
+            seccomp_fd = os.open(f"/proc/self/fd/{_seccomp_file()}", os.O_RDONLY)
+            pass_fds = (*pass_fds, seccomp_fd)
         cmd = bwrap_command(argv, list(readonly), uid, hidden=list(hidden),
-                            scratch_bytes=limits.scratch_bytes)
+                            scratch_bytes=limits.scratch_bytes, seccomp_fd=seccomp_fd)
         cwd = "/"
         # as root the sandbox uid is fresh: count from zero; else the limit must leave room for
         # the processes the user already runs (they count against the same per-uid limit)
@@ -312,6 +384,8 @@ def start(argv: list[str], scratch: Path, *, readonly: list[Path] = (), hidden: 
         raise
     finally:
         os.close(write_end)
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
     return Running(proc, _Tail(read_end), isolated)
 
 

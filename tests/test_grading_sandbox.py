@@ -266,6 +266,8 @@ def test_nothing_leaks_and_nothing_outside_changes(class_run):
     # the seccomp filter: no keyring (EPERM: -1), no user namespace inside the sandbox
     executed = (out / "results" / "escape_namespaces" / "executed.ipynb").read_text()
     assert "keyring id: -1; nested user namespace exit status: 1" in executed, executed[-2000:]
+    # graded runs see the kit without its practice solutions (exercises.reveal's source)
+    assert "practice solutions readable: 0" in executed, executed[-2000:]
 
 
 @needs_bwrap

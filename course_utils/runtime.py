@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from . import checks
-from .scales import resolve_scale
+from .scales import resolve_scale, scale_reason
 
 
 def in_colab() -> bool:
@@ -55,7 +55,10 @@ def setup(scale: str | None = None, seed: int = 0) -> torch.device:
     scale = resolve_scale(scale)
     seed_everything(seed)
     make_deterministic()
-    return pick_device(scale)
+    device = pick_device(scale)
+    print(f"SCALE = {scale!r}, {scale_reason(scale)}; on {device}. To choose, set SCALE in the "
+          f"parameters cell or COURSE_SCALE in the environment (ci, default or gpu).")
+    return device
 
 
 def describe_device() -> dict:

@@ -3,6 +3,10 @@
 ``ci`` proves the notebook runs (seconds), ``default`` teaches (real curves within minutes on a
 laptop CPU), ``gpu`` uses real datasets on a Colab GPU. Every scale runs the same code path; only
 the numbers in the preset differ.
+
+Who chooses, in this order: papermill's ``-p SCALE ...`` or an edit of the parameters cell, then
+``$COURSE_SCALE``, then the device (:func:`auto_scale`: ``gpu`` where torch sees CUDA, else
+``default``). ``runtime.setup`` prints the scale a lesson runs at and which of these chose it.
 """
 from __future__ import annotations
 
@@ -11,6 +15,31 @@ from types import SimpleNamespace
 
 SCALES = ("ci", "default", "gpu")
 ENV_VAR = "COURSE_SCALE"
+
+
+_AUTO: dict[str, str] = {}  # what auto_scale last chose, and why
+
+
+def auto_scale() -> str:
+    """The scale for a runtime that did not choose one: ``gpu`` where torch sees a CUDA device
+    (a Colab GPU runtime), else ``default``. A parameters cell calls it only when
+    ``$COURSE_SCALE`` is unset."""
+    import torch
+    if torch.cuda.is_available():
+        _AUTO.update(scale="gpu", why=f"chosen by the device: torch sees CUDA "
+                                      f"({torch.cuda.get_device_name(0)})")
+    else:
+        _AUTO.update(scale="default", why="chosen by the device: no CUDA, so the CPU teaching scale")
+    return _AUTO["scale"]
+
+
+def scale_reason(scale: str) -> str:
+    """Which of papermill/the parameters cell, ``$COURSE_SCALE`` or the device chose ``scale``."""
+    if os.environ.get(ENV_VAR) == scale:
+        return f"from ${ENV_VAR}"
+    if _AUTO.get("scale") == scale and not os.environ.get(ENV_VAR):
+        return _AUTO["why"]
+    return "set in the parameters cell (or by papermill)"
 
 
 def resolve_scale(scale: str | None = None) -> str:

@@ -62,7 +62,7 @@ def test_first_cells(nb):
     assert source(code[0]) == INSTALL_CELL
     params = code[1]
     assert "parameters" in params["metadata"].get("tags", [])
-    assert re.search(r'^SCALE = os\.environ\.get\("COURSE_SCALE", "default"\)$', source(params), re.M)
+    assert re.search(r'^SCALE = os\.environ\.get\("COURSE_SCALE"\) or auto_scale\(\)  #', source(params), re.M)
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)

@@ -31,3 +31,21 @@ def test_setup_seeds_and_device():
 def test_gpu_scale_without_gpu_says_what_to_do():
     with pytest.raises(RuntimeError, match="SCALE='default'"):
         setup("gpu")
+
+
+def test_the_device_chooses_the_scale_when_nobody_else_does(monkeypatch, capsys):
+    """A Colab GPU runtime runs the gpu preset without an edit; $COURSE_SCALE and the
+    parameters cell still win; setup says which chose."""
+    import torch
+    from course_utils import runtime, scales
+    monkeypatch.delenv("COURSE_SCALE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert scales.auto_scale() == "default"
+    runtime.setup("default")
+    assert "SCALE = 'default', chosen by the device: no CUDA" in capsys.readouterr().out
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Tesla T4")
+    assert scales.auto_scale() == "gpu" and "Tesla T4" in scales.scale_reason("gpu")
+    assert scales.scale_reason("ci") == "set in the parameters cell (or by papermill)"
+    monkeypatch.setenv("COURSE_SCALE", "ci")
+    assert scales.scale_reason("ci") == "from $COURSE_SCALE"

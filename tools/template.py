@@ -29,6 +29,7 @@ def kit_source(repo: str = REPO, ref: str = REF) -> str:
 
 def install_cell(repo: str = REPO, ref: str = REF) -> str:
     return f'''# On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
+# Scale: a GPU runtime runs SCALE="gpu", any other "default"; to choose, run %env COURSE_SCALE=ci first.
 import sys
 if "google.colab" in sys.modules:
     import subprocess

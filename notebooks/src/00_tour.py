@@ -9,6 +9,7 @@
 
 # %%
 # On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
+# Scale: a GPU runtime runs SCALE="gpu", any other "default"; to choose, run %env COURSE_SCALE=ci first.
 import sys
 if "google.colab" in sys.modules:
     import subprocess
@@ -17,7 +18,8 @@ if "google.colab" in sys.modules:
 
 # %% tags=["parameters"]
 import os
-SCALE = os.environ.get("COURSE_SCALE", "default")
+from course_utils.scales import auto_scale
+SCALE = os.environ.get("COURSE_SCALE") or auto_scale()  # "gpu" on a CUDA runtime, else "default"
 STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your exercises' numbers are drawn from it
 
 # %% [markdown]
@@ -30,8 +32,11 @@ STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your ex
 # - `"default"` — teaches: real curves within minutes on a laptop CPU;
 # - `"gpu"` — a Colab GPU with real datasets (CIFAR-10, STL-10).
 #
-# Set it by editing the cell, with `COURSE_SCALE=ci` in the environment, or with papermill
-# (`papermill nb.ipynb out.ipynb -p SCALE gpu`). Every scale runs the same code; only sizes change.
+# Left alone, the cell lets the device choose: `"gpu"` on a CUDA runtime (a Colab GPU), `"default"`
+# elsewhere. Choose yourself by editing the cell (`SCALE = "ci"`), with `COURSE_SCALE=ci` in the
+# environment (on Colab: a cell `%env COURSE_SCALE=ci` before this one), or with papermill
+# (`papermill nb.ipynb out.ipynb -p SCALE gpu`). The next cell prints the scale and who chose it.
+# Every scale runs the same code; only sizes change.
 
 # %%
 import matplotlib.pyplot as plt

@@ -12,6 +12,7 @@
 
 # %%
 # On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
+# Scale: a GPU runtime runs SCALE="gpu", any other "default"; to choose, run %env COURSE_SCALE=ci first.
 import sys
 if "google.colab" in sys.modules:
     import subprocess
@@ -20,7 +21,8 @@ if "google.colab" in sys.modules:
 
 # %% tags=["parameters"]
 import os
-SCALE = os.environ.get("COURSE_SCALE", "default")
+from course_utils.scales import auto_scale
+SCALE = os.environ.get("COURSE_SCALE") or auto_scale()  # "gpu" on a CUDA runtime, else "default"
 STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your exercises' numbers are drawn from it
 
 # %%

@@ -8,6 +8,7 @@
 
 # %%
 # On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
+# Scale: a GPU runtime runs SCALE="gpu", any other "default"; to choose, run %env COURSE_SCALE=ci first.
 import sys
 if "google.colab" in sys.modules:
     import subprocess
@@ -16,7 +17,8 @@ if "google.colab" in sys.modules:
 
 # %% tags=["parameters"]
 import os
-SCALE = os.environ.get("COURSE_SCALE", "default")
+from course_utils.scales import auto_scale
+SCALE = os.environ.get("COURSE_SCALE") or auto_scale()  # "gpu" on a CUDA runtime, else "default"
 STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your exercises' numbers are drawn from it
 
 # %%
@@ -351,7 +353,7 @@ print(f"naive save: child exit code {code_naive}; load says:\n  {naive_error}")
 # %%
 # NBVAL_CHECK_OUTPUT
 assert code_atomic < 0 and code_naive < 0, "both children must have been killed"
-assert torch.equal(survivor["model"]["net.0.weight"], model_s.state_dict()["net.0.weight"])
+assert torch.equal(survivor["model"]["net.0.weight"], model_s.state_dict()["net.0.weight"].cpu())  # ck.load maps to the CPU
 assert isinstance(naive_error, ck.CorruptCheckpointError) and "naive.pt" in str(naive_error)
 
 # %% [markdown]

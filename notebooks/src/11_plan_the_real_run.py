@@ -11,6 +11,7 @@
 
 # %%
 # On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
+# Scale: a GPU runtime runs SCALE="gpu", any other "default"; to choose, run %env COURSE_SCALE=ci first.
 import sys
 if "google.colab" in sys.modules:
     import subprocess
@@ -19,7 +20,8 @@ if "google.colab" in sys.modules:
 
 # %% tags=["parameters"]
 import os
-SCALE = os.environ.get("COURSE_SCALE", "default")
+from course_utils.scales import auto_scale
+SCALE = os.environ.get("COURSE_SCALE") or auto_scale()  # "gpu" on a CUDA runtime, else "default"
 STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your exercises' numbers are drawn from it
 
 # %%
@@ -392,7 +394,7 @@ if cfg.paper:   # the reported times imply MFUs that real runs reach, SimCLR's t
 # measured time, against this machine's matmul peak (`peak_flops`, a large matmul timed once):
 
 # %%
-toy = recompute_tradeoff(2, 128, 4, 256, 64, 4, modes=("none",), repeats=3)[0]
+toy = recompute_tradeoff(2, 128, 4, 256, 64, 4, modes=("none",), repeats=3, device=device)[0]  # step and peak on one device
 here = utilisation(toy["flops"], toy["seconds"], device)
 print(f"toy step: {toy['flops'] / 1e9:.2f} GFLOP in {toy['seconds'] * 1e3:.1f} ms = "
       f"{here['flops_per_second'] / 1e9:.1f} GFLOP/s; peak here {here['peak_flops'] / 1e9:.1f} GFLOP/s; "

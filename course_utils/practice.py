@@ -118,7 +118,7 @@ def _unanswered(names: list[str], ns: dict) -> str:
             return f"`{n}` is not defined (has the cell above been run?)"
         value = ns[n]
         if is_unanswered(value):
-            return f"`{n}` is still `{value!r}`"
+            return f"`{n}` is still `{'...' if value is Ellipsis else repr(value)}`"
         if callable(value) and _body_is_ellipsis(value):
             return f"the body of `{n}` is still `...`"
     return ""

@@ -3,7 +3,7 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/00_tour.ipynb)
 #
-# This course follows one question through eleven notebooks: *how does a learning objective turn
+# This course follows one question through lessons 01–12: *how does a learning objective turn
 # into one training step that a machine can actually run?* This tour shows the machine you are on,
 # the datasets (all of them work offline), and how scales, the ledger and the exercises work.
 

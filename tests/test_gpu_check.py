@@ -49,3 +49,21 @@ def test_smoke_runs_a_worker_at_world_size_one_on_cpu(tmp_path):
 def test_unknown_section_is_refused():
     with pytest.raises(SystemExit):
         gpu_check.main(["--only", "wrokers", "--dry-run"])
+
+
+def test_a_check_left_out_for_time_is_not_a_pass(tmp_path):
+    """Budget spent before the first worker: every worker is 'skipped: time budget spent', the
+    run is incomplete and exits 1; the report on disk says so."""
+    out = tmp_path / "r.json"
+    assert gpu_check.main(["--smoke", "--only", "workers,benchmark", "--workers", "hello_all_reduce",
+                           "--budget", "0", "--out", str(out)]) == 1
+    report = json.loads(out.read_text())
+    assert report["ok"] is False and report["complete"] is False and report["finished"] is True
+    skipped = report["skipped_for_time"]
+    assert len(skipped) == 2 and skipped[0].startswith("workers:") and \
+        skipped[0].endswith(":hello_all_reduce") and skipped[1] == "benchmark:benchmark", skipped
+    assert report["results"]["benchmark"]["status"] == "skipped"
+
+
+def test_lesson_10_runs_first_and_11_12_are_checked():
+    assert gpu_check.LESSONS[0] == "10" and {"11", "12"} <= set(gpu_check.LESSONS)

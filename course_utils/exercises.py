@@ -2,8 +2,8 @@
 
 Every check raises ``AssertionError`` (what otter-grader reports as a failed test) whose message
 names the quantity and says how the answer disagrees: in which direction and by what factor
-("your answer 49,152 is 4× too small (allowed: rtol=0)"; small misses as a band: "10–25% too
-large"), for a tensor which
+("your answer 49,152 is 2–5× too small (allowed: rtol=0)"; smaller misses as a percentage band:
+"10–25% too large"), for a tensor which
 element misses most, for things that are not numbers only that they differ. A message never
 contains the expected value, so one wrong try does not give away a predict-then-measure answer
 (``exercises.reveal(name)`` in a student edition is the way to see a solution). Shapes and lengths
@@ -115,7 +115,7 @@ def check_equal(answer: Any, expected: Any, *, what: str = "answer") -> None:
 
 
 def describe_miss(got: float, want: float, allowed: str = "") -> str:
-    """How ``got`` misses ``want``, without ``want``: "4× too small", "10–25% too large", "too large, and of the wrong sign". ``allowed`` is appended in the
+    """How ``got`` misses ``want``, without ``want``: "2–5× too small", "10–25% too large", "too large, and of the wrong sign". ``allowed`` is appended in the
     parentheses (the tolerance)."""
     if math.isnan(got) or math.isnan(want):
         return f"not a number{f' ({allowed})' if allowed else ''}"
@@ -280,9 +280,16 @@ def _percent(rel: float) -> str:
     return "over 100%"
 
 
+_FACTOR_BANDS = (2, 5, 10, 100, 1000)
+
+
 def _times(factor: float) -> str:
-    """Two significant figures: enough to spot a missing 4 or 1024, not to recover the value."""
-    return f"{float(f'{factor:.2g}'):g}×"
+    """A band ("2–5×"), not the factor: with the answer beside it, a factor gives the expected
+    value away (answering 1 would print it)."""
+    for lo, hi in zip(_FACTOR_BANDS, _FACTOR_BANDS[1:]):
+        if factor < hi:
+            return f"{lo}–{hi}×"
+    return f"over {_FACTOR_BANDS[-1]}×"
 
 
 def _index(flat: int, shape: tuple[int, ...]) -> str:

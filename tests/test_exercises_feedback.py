@@ -60,13 +60,13 @@ def failure(fn, *args, **kwargs) -> str:
 
 
 CLOSE_CASES = [  # (answer, expected, kwargs, what the message must say)
-    (49152, 196608, dict(rtol=0), "4× too small"),
+    (49152, 196608, dict(rtol=0), "2–5× too small"),
     (225_000, 200_000, dict(rtol=0), "10–25% too large"),
     (2, 3, dict(rtol=0), "too small"),
-    (307_200, 1.2288e6, dict(rtol=0), "4× too small"),
+    (307_200, 1.2288e6, dict(rtol=0), "2–5× too small"),
     (0.2, 0.123456789, dict(rtol=1e-6), "too large"),
     (1.0000001, 1.0000000005, dict(rtol=1e-9), "too large"),
-    (-2.0, -8.75, dict(rtol=1e-6), "magnitude is 4.4× too small"),
+    (-2.0, -8.75, dict(rtol=1e-6), "magnitude is 2–5× too small"),
     (5.5, -8.75, dict(rtol=1e-6), "wrong sign"),
     (0.5, 1234.5678, dict(rtol=0.1, atol=1.0), "too small"),
 ]
@@ -84,7 +84,7 @@ def test_check_close_on_a_tensor_names_the_worst_element_and_its_direction():
     got = torch.tensor([[1.5, 130.0], [7.75, 9.25]])
     want = torch.tensor([[1.5, 123.456], [7.75, 21.125]])
     message = failure(check_close, got, want, rtol=1e-3, what="v")
-    assert "element [1, 1]" in message and "2.3× too small" in message, message
+    assert "element [1, 1]" in message and "2–5× too small" in message, message
     assert "2 of 4 elements" in message, message
     for w in (123.456, 21.125):
         assert not spells(message, w), (message, w)
@@ -138,7 +138,7 @@ def test_equal_things_pass():
 
 
 def test_describe_miss_wording():
-    assert describe_miss(49152, 196608, "allowed: rtol=0") == "4× too small (allowed: rtol=0)"
+    assert describe_miss(49152, 196608, "allowed: rtol=0") == "2–5× too small (allowed: rtol=0)"
     assert describe_miss(225, 200) == "10–25% too large"
     assert describe_miss(0.5, 0.0) == "too large"
 
@@ -211,8 +211,10 @@ def exercise_namespace(lesson: str, student: str) -> dict:
     start = next(i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"
                  and text[i].startswith("## Exercises"))
     stop = next(i for i in range(start, len(text)) if "BEGIN QUESTION" in text[i])
+    from course_utils.distributed import pipeline as pp
+    from course_utils.models import ViT
     ns = {**LESSON_IMPORTS, "STUDENT_ID": student, "MoCo": MoCo, "FeatureQueue": FeatureQueue,
-          "nt_xent_loss": nt_xent_loss, "device": torch.device("cpu")}
+          "nt_xent_loss": nt_xent_loss, "device": torch.device("cpu"), "pp": pp, "ViT": ViT}
     for i in range(start, stop):
         if nb["cells"][i]["cell_type"] == "code":
             exec(text[i], ns)
@@ -242,6 +244,15 @@ WRONG_FORMS = [  # (lesson, question, what, wrong answer cell)
      "def updates_to_close_half(m):\n    return round(math.log(0.5) / math.log(m))"),
     ("03_moco", "q3_key_encoder_half_life", "the time constant ln 2 / (1 − m)",
      "def updates_to_close_half(m):\n    return int(math.log(2) / (1 - m))"),
+    # found by a cold review: each passed every public check for some students
+    ("03_moco", "q2_batch_for_fresh_keys", "one more than floor",
+     "def smallest_batch(queue_size, max_age):\n    return queue_size // max_age + 1"),
+    ("03_moco", "q3_key_encoder_half_life", "the time constant rounded up",
+     "def updates_to_close_half(m):\n    return math.ceil(math.log(2) / (1 - m))"),
+    ("04_mae", "q2_visible_tokens_for_flop_share", "linear in the tokens (no attention term)",
+     "def max_visible_tokens(length, dim, share):\n    return max(1, int(share * length))"),
+    ("09_pipeline_tensor_parallel", "q2_peak_activations", "p - s whatever m",
+     "def peak_activations_1f1b(p, m):\n    return [p - s for s in range(p)]"),
 ]
 
 
@@ -267,3 +278,11 @@ def test_the_reference_solution_passes_those_public_checks(lesson, question):
     for student in STUDENTS:
         result = check_answer(lesson, question, student, solution)
         assert result.status == "passed", f"{lesson} {question}, student {student!r}:\n{result!r}"
+
+
+def test_probing_with_a_small_answer_does_not_reveal_the_value():
+    """With the answer beside it, an exact factor would give the expected value away: answering
+    1 must not print 69 (or 6.9, 69×) for an expected 69."""
+    for expected in (69, 4, 777, 123456):  # (not a band edge: "over 1000×" is a band)
+        message = failure(check_close, 1, expected, rtol=0, what="q")
+        assert not spells(message, expected) and str(expected) not in message.split("answer 1 is")[1], message

@@ -189,7 +189,7 @@ predicted_image_bytes = 4 * task.images * 3 * task.image_size ** 2  # SOLUTION
 _ds = load_dataset("shapes", "test", image_size=task.image_size, limit=task.images)
 check_close(predicted_image_bytes, _ds.images.numel() * _ds.images.element_size(), rtol=0,
             what=f"bytes of {task.images} float32 RGB images of {task.image_size}×{task.image_size} "
-                 "pixels (N·C·H·W values of 4 bytes each)")
+                 "pixels (how many values, and how many bytes per value?)")
 
 # %%
 # HIDDEN

@@ -295,14 +295,14 @@ widgets.interact(predicted_ledger, batch=widgets.IntSlider(64, 8, 512, 8),
 # %% [markdown]
 # ## Exercises
 #
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
+#
 # Predict, then measure: each answer is a number or a formula you write *before* looking at a
 # ledger, and the test cells run the step with `measure` and compare, exactly (these are counts).
 # The worked example counted a two-layer MLP; the exercises go deeper, and your configuration is
 # drawn from `STUDENT_ID` (parameters cell), so your numbers are your own:
-#
-# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
-# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
-# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 from course_utils.exercises import check_close
@@ -368,7 +368,7 @@ def deep_mlp_activation_bytes(batch, d, hidden, classes, layers):
 # %%
 _check_mlp_formula(deep_mlp_activation_bytes, "activation_bytes",
                    (task.batch, 3 * task.image_size ** 2, task.hidden, task.classes, task.layers),
-                   "count the input, every ReLU output, the log-softmax, the int64 targets and one fp32 scalar")
+                   "which tensors does backward read? walk the graph from the input to the loss, targets included")
 
 # %%
 # HIDDEN
@@ -413,7 +413,7 @@ def deep_mlp_backward_flops(batch, d, hidden, classes, layers):
 # %%
 _check_mlp_formula(deep_mlp_backward_flops, "backward_flops",
                    (task.batch, 3 * task.image_size ** 2, task.hidden, task.classes, task.layers),
-                   "each layer needs its weight gradient, and every layer but the first its input gradient")
+                   "which gradients does each layer compute in backward, and does the first layer need them all?")
 
 # %%
 # HIDDEN

@@ -1104,6 +1104,16 @@ check_close(float(decoupled_nt_xent(_r2, _r1, task.temperature)), _random, rtol=
 check_close(float(decoupled_nt_xent(_r1 * _lengths, _r2, task.temperature)), _random, rtol=1e-9,
             what="decoupled loss with view 1's embeddings rescaled, vs your loss of random embeddings "
                  "(similarities are cosines: are the embeddings L2-normalised?)")
+# and its value, anchor by anchor: the negatives' similarities are not 0 here (are they divided by T?)
+_zr = F.normalize(torch.cat([_r1, _r2]), dim=1)
+_sr = _zr @ _zr.T / task.temperature
+_pr = torch.cat([torch.arange(task.batch, 2 * task.batch), torch.arange(task.batch)])
+_kr = ~torch.eye(2 * task.batch, dtype=torch.bool)
+_kr[torch.arange(2 * task.batch), _pr] = False
+check_close(_random, float(torch.stack([torch.logsumexp(_sr[i][_kr[i]], 0) - _sr[i, _pr[i]]
+                                        for i in range(2 * task.batch)]).mean()), rtol=1e-9,
+            what=f"decoupled loss of random embeddings at T={task.temperature} (every similarity, "
+                 "negatives included, over T)")
 
 # %%
 # HIDDEN

@@ -756,13 +756,13 @@ if cfg.shuffle_loss_gap_max is not None:   # CI: a handful of steps, nothing to 
 # %% [markdown]
 # ## Exercises
 #
-# Three predictions, each checked against a live measurement: the test builds what the question
-# describes, runs the kit on it and compares. The configuration is yours, drawn from `STUDENT_ID`
-# (with no ID it is the lesson's own):
-#
 # When graded, a function you write runs on its own: with Python (`math` included), `torch` and
 # `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
 # the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
+#
+# Three predictions, each checked against a live measurement: the test builds what the question
+# describes, runs the kit on it and compares. The configuration is yours, drawn from `STUDENT_ID`
+# (with no ID it is the lesson's own):
 
 # %%
 from course_utils.exercises import check_close
@@ -903,6 +903,12 @@ assert isinstance(_b, int) and measured_oldest_key_age(100, _b) <= 7, \
     f"K=100, at most 7 steps old: with B={_b!r} the queue holds older keys (B too small, or not a whole number)"
 assert _b == 1 or measured_oldest_key_age(100, _b - 1) > 7, \
     f"K=100, at most 7 steps old: B={_b - 1} also keeps every key that young, so B={_b} is not the smallest"
+# and one it divides (K // a + 1 is one too many there): K = 100, none older than 5 steps
+_b = smallest_batch(100, 5)
+assert _b == 1 or measured_oldest_key_age(100, _b - 1) > 5, \
+    f"K=100, at most 5 steps old: B={_b - 1} also keeps every key that young, so B={_b} is not the smallest"
+assert isinstance(_b, int) and measured_oldest_key_age(100, _b) <= 5, \
+    f"K=100, at most 5 steps old: with B={_b!r} the queue holds older keys"
 
 # %%
 # HIDDEN
@@ -950,13 +956,15 @@ def updates_to_close_half(m):
 # %%
 check_close(updates_to_close_half(task.momentum), measured_updates_to_close_half(task.momentum), rtol=0,
             what=f"momentum updates to close half the gap at m={task.momentum}")
-check_close(updates_to_close_half(0.75), measured_updates_to_close_half(0.75), rtol=0,
-            what="momentum updates to close half the gap at m=0.75 (a whole number of updates: the "
-                 "first after which at least half the gap is closed)")
+for _m in (0.75, 0.4):  # round() and int(ln2/(1-m)) miss at 0.75, ceil(ln2/(1-m)) at 0.4
+    check_close(updates_to_close_half(_m), measured_updates_to_close_half(_m), rtol=0,
+                what=f"momentum updates to close half the gap at m={_m} (a whole number of "
+                     "updates: the first after which at least half the gap is closed)")
 
 # %%
 # HIDDEN
-# round() instead of ceil() fails at 0.6 and 0.8; the time constant ln2/(1 − m) fails at 0.4, 0.8 and 0.99
+# round() instead of ceil() fails at 0.6 and 0.8; the time constant ln2/(1 − m) rounded up fails at
+# 0.4 and 0.99, rounded down at 0.6, 0.8 and 0.95
 for _m in (0.0, 0.4, 0.6, 0.8, 0.95, 0.99):
     check_close(updates_to_close_half(_m), measured_updates_to_close_half(_m), rtol=0,
                 what=f"momentum updates to close half the gap at m={_m}")

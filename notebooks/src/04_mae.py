@@ -628,14 +628,14 @@ print(f"not checked at {SCALE} scale: {', '.join(unchecked) or 'none'}")
 # %% [markdown]
 # ## Exercises
 #
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
+#
 # Two predictions, each checked against a live measurement of the kit's ViT: the ledger's
 # kept-for-backward bytes and PyTorch's FLOP counter. The configuration (mask ratio, batch,
 # width, patch size of a 32-pixel image) is yours, drawn from `STUDENT_ID` (with no ID it is the
 # lesson's own):
-#
-# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
-# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
-# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 import math
@@ -772,6 +772,12 @@ assert measured_block_flops(_length, task.dim, _n) <= _budget, \
     f"{_n} visible tokens cost more than {task.flop_share} of the full block: too many"
 assert _n == _length or measured_block_flops(_length, task.dim, _n + 1) > _budget, \
     f"{_n + 1} visible tokens still cost at most {task.flop_share} of the full block: {_n} is not the largest"
+# long sequences, narrow width: attention's n² term dominates (is it in your count?)
+_n = max_visible_tokens(256, 32, 0.25)
+assert isinstance(_n, int) and measured_block_flops(256, 32, _n) <= 0.25 * measured_block_flops(256, 32, 256), \
+    f"256 tokens, width 32, share 0.25: {_n!r} visible tokens cost more than the share: too many"
+assert _n == 256 or measured_block_flops(256, 32, _n + 1) > 0.25 * measured_block_flops(256, 32, 256), \
+    f"256 tokens, width 32, share 0.25: {_n + 1} visible tokens still fit: {_n} is not the largest"
 
 # %%
 # HIDDEN

@@ -716,14 +716,14 @@ if cfg.alloc_check:
 # %% [markdown]
 # ## Exercises
 #
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
+#
 # Two predictions about the allocation experiment's students, `MLP(d, h, c, layers=2)`, each
 # checked against the ledger's FLOP counter on a live training step. The configuration (input
 # width, hidden width, classes, batch, budget) is yours, drawn from `STUDENT_ID` (with no ID it is
 # the allocation experiment's own: a 64-wide student at its default batch and middle budget):
-#
-# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
-# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
-# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
 from course_utils.exercises import check_close

@@ -422,8 +422,8 @@ for _ranks, _width, _depth in ((8, 32, 3), (16, 96, 2), (1, 64, 2)):
 # on GPUs of `task.gpu_gb` GB (10⁹ bytes). Write `min_ranks(n_params, stage, gpu_bytes)`: the
 # smallest number of ranks (1–1024) on which the resident state per rank (the table in section 2;
 # `stage` one of "ddp", "zero1", "zero2", "zero3") fits in `gpu_bytes`, or 0 if none does. The
-# check asks for `task.stage` and other stages, and searches the kit's `sh.predicted_state_bytes`
-# for the same number.
+# check asks for `task.stage` (hidden checks: the other stages), and searches the kit's
+# `sh.predicted_state_bytes` for the same number.
 
 # %% [raw]
 # # BEGIN SOLUTION

@@ -567,6 +567,9 @@ _t = pp.simulate("1f1b", task.stages, task.microbatches)
 check_equal(list(peak_activations_1f1b(task.stages, task.microbatches)),
             [_t.peak_activations(s) for s in range(task.stages)],
             what=f"1F1B peak micro-batches held per stage, p={task.stages}, m={task.microbatches} (simulated)")
+_t = pp.simulate("1f1b", 5, 2)  # fewer micro-batches than stages: does your answer depend on m?
+check_equal(list(peak_activations_1f1b(5, 2)), [_t.peak_activations(s) for s in range(5)],
+            what="1F1B peak micro-batches held per stage, p=5, m=2 (simulated)")
 
 # %%
 # HIDDEN

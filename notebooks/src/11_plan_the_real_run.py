@@ -610,6 +610,8 @@ assert _n == 0 or _resident + _kept * _gb / _n <= MARGIN * _device, \
 assert _n <= 1 or _resident + _kept * _gb / (_n // 2) > MARGIN * _device, \
     f"{_n // 2} GPUs of {task.gpu_gb} GB already fit SimCLR's batch {_gb}: {_n} is not the smallest"
 check_equal(min_gpus(1.0, 10.0, 400, 100, margin=0.9), 8, what="400 bytes of activations, 80 free per GPU")
+check_equal(min_gpus(1.0, 50.0, 400, 100, margin=0.9), 16,
+            what="400 bytes of activations, 100-byte GPUs holding 50 of resident state, margin 0.9")
 
 # %%
 # HIDDEN

@@ -221,19 +221,23 @@ def exercise_namespace(lesson: str, student: str) -> dict:
     return ns
 
 
-DECOUPLED_ONE_DIRECTION = '''
-def decoupled_nt_xent(z1, z2, temperature):
-    n = z1.shape[0]
-    z = F.normalize(torch.cat([z1, z2]), dim=1)
-    sims = z @ z.T / temperature
-    positive = torch.cat([torch.arange(n, 2 * n), torch.arange(n)])
-    excluded = torch.eye(2 * n, dtype=torch.bool)
-    excluded[torch.arange(2 * n), positive] = True
-    negatives = sims.masked_fill(excluded, float("-inf")).logsumexp(dim=1)
-    return (negatives - sims[torch.arange(2 * n), positive])[:n].mean()   # z1's anchors only
-'''
-DECOUPLED_UNNORMALISED = DECOUPLED_ONE_DIRECTION.replace(
-    "F.normalize(torch.cat([z1, z2]), dim=1)", "torch.cat([z1, z2])").replace("[:n].mean()", ".mean()")
+def _from_solution(lesson: str, question: str, *edits: tuple[str, str]) -> str:
+    """A wrong form made from the shipped solution by text edits (each must apply), so it tracks
+    the solution instead of restating it."""
+    source = load_lesson(lesson)["questions"][question]["solution"]
+    for old, new in edits:
+        assert old in source, f"{lesson} {question}: the solution no longer has {old!r}"
+        source = source.replace(old, new)
+    return source
+
+
+_ALL_ANCHORS = "(negatives - sims[torch.arange(2 * n), positive]).mean()"
+DECOUPLED_ONE_DIRECTION = _from_solution(  # z1's anchors only
+    "02_simclr", "q2_decoupled_loss",
+    (_ALL_ANCHORS, "(negatives - sims[torch.arange(2 * n), positive])[:n].mean()"))
+DECOUPLED_UNNORMALISED = _from_solution(
+    "02_simclr", "q2_decoupled_loss",
+    ("F.normalize(torch.cat([z1, z2]), dim=1)", "torch.cat([z1, z2])"))
 
 WRONG_FORMS = [  # (lesson, question, what, wrong answer cell)
     ("02_simclr", "q2_decoupled_loss", "anchors of one view only", DECOUPLED_ONE_DIRECTION),

@@ -137,17 +137,24 @@ def submissions(folder: Path) -> list[Submission]:
             for s in found]
 
 
+def extract_tests(z: zipfile.ZipFile, folder: Path) -> list[Path]:
+    """Write the zip's test files (``tests/*.py``, none deeper) into ``folder``; their paths."""
+    paths = []
+    for member in z.namelist():
+        if member.startswith("tests/") and member.endswith(".py") and "/" not in member[6:]:
+            paths.append(folder / member[6:])
+            paths[-1].write_bytes(z.read(member))
+    return paths
+
+
 def questions(autograder: Path) -> dict[str, float]:
     """name -> points of every question in the autograder zip (what the CSV's columns are)."""
     from otter.test_files import OKTestFile
     out = {}
     with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(autograder) as z:
-        for member in sorted(z.namelist()):
-            if member.startswith("tests/") and member.endswith(".py") and "/" not in member[6:]:
-                path = Path(tmp) / member[6:]
-                path.write_bytes(z.read(member))
-                tf = OKTestFile.from_file(str(path))
-                out[tf.name] = float(tf.possible)
+        for path in sorted(extract_tests(z, Path(tmp))):
+            tf = OKTestFile.from_file(str(path))
+            out[tf.name] = float(tf.possible)
     if not out:
         raise ValueError(f"{autograder} holds no tests/*.py: is it an autograder zip from "
                          "tools/assign.py?")
@@ -223,9 +230,7 @@ def _prepare(text: bytes, autograder: Path, tmp: Path) -> tuple[Path, Path, dict
     with zipfile.ZipFile(autograder) as z:
         config = json.loads(z.read("otter_config.json"))
         (trusted / "tests").mkdir(parents=True)
-        for member in z.namelist():
-            if member.startswith("tests/") and member.endswith(".py") and "/" not in member[6:]:
-                (trusted / member).write_bytes(z.read(member))
+        extract_tests(z, trusted / "tests")
     name = config["assignment_name"]
     lesson = autograder.resolve().parent / "student" / f"{name}.ipynb"
     if not lesson.is_file():
@@ -459,12 +464,6 @@ def results_of(raw, points: dict[str, float]) -> tuple[dict[str, tuple[float, fl
         tests.append({"name": q, "score": s, "max_score": mx,
                       "output": str(t.get("output", "no result for this question"))})
     return scores, tests
-
-
-def question_scores(raw: dict) -> dict[str, tuple[float, float]]:
-    """name -> (score, max_score) for every graded question in otter-style results."""
-    return {t["name"]: (float(t["score"]), float(t["max_score"]))
-            for t in raw["tests"] if t.get("max_score") is not None}
 
 
 def feedback_text(raw: dict) -> str:

@@ -335,11 +335,6 @@ class FunctionAnswer:
         return f"<your function {self.name}>"
 
 
-def defined_names(source: str) -> list[str]:
-    """Top-level names an answer cell of the student edition binds (def, class, assignment)."""
-    return list(declared_answers(source))
-
-
 def declared_answers(source: str) -> dict[str, str]:
     """name -> "function" (a ``def`` in the answer cell) or "value" (anything assigned), for
     one answer cell of the instructor's student edition: the kind each answer must have."""
@@ -372,7 +367,7 @@ def run_lesson(lesson: str, values: dict, functions: dict[str, FunctionAnswer],
         if "otter_answer_cell" not in cell.metadata.get("tags", []):
             shell.run_cell(cell.source, store_history=False)
             continue
-        for name in defined_names(cell.source):
+        for name in declared_answers(cell.source):
             ns.pop(name, None)
             if name in functions:
                 ns[name] = functions[name]

@@ -934,8 +934,8 @@ for _k, _a, _batch in _cases:
 # encoder still and apply the momentum update θ_k ← m·θ_k + (1 − m)·θ_q again and again. Write
 # `updates_to_close_half(m)`: the number of updates after which the key encoder has closed at
 # least half of its gap to the query encoder (for your configuration, m = `task.momentum`, and
-# for m = 0.75). The test calls the kit's `MoCo.momentum_update` until half the gap is closed and
-# counts.
+# for m = 0.75 and 0.4; graded runs also try other m in [0, 1), 0 included). The test calls the
+# kit's `MoCo.momentum_update` until half the gap is closed and counts.
 
 # %% [raw]
 # # BEGIN SOLUTION

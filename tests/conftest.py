@@ -1,6 +1,68 @@
+"""Session-wide test setup: the Agg backend and ci scale, the assignments built once per session,
+and the long runs started in the background when the suite starts (tests/background.py)."""
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import matplotlib
+import pytest
+
+import background
 
 matplotlib.use("Agg")
 os.environ.setdefault("COURSE_SCALE", "ci")
+
+
+# The assignments tools/assign.py builds, shared by tests/test_notebook_rules.py (the rules) and
+# tests/test_assignments.py (grading): built once per session. notebook_rules imports otter
+# (slow), so only a session that uses these fixtures imports it.
+
+@pytest.fixture(scope="session")
+def sources(tmp_path_factory) -> dict:
+    """name -> the lesson notebook with solutions (the fixture is rendered from its percent source)."""
+    import notebook_rules
+    return notebook_rules.lesson_notebooks(tmp_path_factory.mktemp("sources"))
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory, sources) -> dict:
+    """Run otter assign once per notebook (without executing it); a failure is kept per name."""
+    import notebook_rules
+    return notebook_rules.build_assignments(sources, tmp_path_factory.mktemp("dist"))
+
+
+def pytest_collection_modifyitems(items):
+    """The tests that wait for a background run go last, in the lane's order, so that the runs
+    overlap everything else (tests/background.py)."""
+    def waits(item):
+        module = getattr(item, "module", None)
+        if not hasattr(module, "start_in_background"):
+            return (0, 0)
+        return (1, background.order(module.__name__))
+    items.sort(key=waits)
+
+
+def pytest_collection_finish(session):
+    """Prepare each selected module's background run, then start the lane (tests/background.py)."""
+    work, seen = {}, set()
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if module is None or module.__name__ in seen:
+            continue
+        seen.add(module.__name__)
+        start = getattr(module, "start_in_background", None)
+        if start is None:
+            continue
+        tmp = Path(tempfile.mkdtemp(prefix=f"{module.__name__}_"))
+        session.config.add_cleanup(lambda tmp=tmp: shutil.rmtree(tmp, ignore_errors=True))
+        run = start(tmp)
+        if run is not None:
+            work[module.__name__] = run
+    background.start(session.config, work)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if background.TIMES:
+        terminalreporter.write_line("background lane: " + ", ".join(
+            f"{name} {seconds:.0f} s" for name, seconds in background.TIMES.items()))

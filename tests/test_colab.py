@@ -3,15 +3,17 @@ course repo (tools/template.py's REPO at REF),
 the install cell is tools/template.py's INSTALL_CELL (one pip command on Colab, nothing elsewhere),
 the parameters cell defines SCALE from COURSE_SCALE, and SCALE="gpu" without CUDA stops with a
 message that says what to do.
+
+The per-notebook rules (the badge, the install cell first, the parameters cell, setup(SCALE, ...)
+after it) are in tests/notebook_rules.py, run once per lesson by tests/test_notebook_rules.py;
+here: the install cell's behaviour on and off Colab, retargeting a fork, the runtime's messages.
 """
 from __future__ import annotations
 
-import json
 import re
 import sys
 import types
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 import torch
@@ -21,47 +23,10 @@ sys.path.insert(0, str(ROOT / "tools"))
 from template import INSTALL_CELL, REF, REPO, badge, kit_source, retarget  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-STUDENT = sorted((ROOT / "notebooks" / "student").glob("[0-9][0-9]_*.ipynb"))
-BADGE_LINK = re.compile(r"\[!\[Open In Colab\]\((?P<img>[^)]+)\)\]\((?P<url>[^)]+)\)")
-
-
-def source(cell: dict) -> str:
-    s = cell["source"]
-    return "".join(s) if isinstance(s, list) else s
-
-
-def code_cells(nb_path: Path) -> list[dict]:
-    return [c for c in json.loads(nb_path.read_text())["cells"] if c["cell_type"] == "code"]
 
 
 def test_there_are_notebooks():
     assert NOTEBOOKS, "no notebooks/NN_name.ipynb: run `make notebooks`"
-
-
-@pytest.mark.parametrize("nb", NOTEBOOKS + STUDENT, ids=lambda p: p.parent.name + "/" + p.stem)
-def test_badge_opens_the_student_edition_from_the_repo(nb):
-    title = json.loads(nb.read_text())["cells"][0]
-    assert title["cell_type"] == "markdown"
-    text = source(title)
-    assert re.match(rf"# {nb.stem[:2]} · \S", text), f"{nb.name}: title must be '# {nb.stem[:2]} · ...'"
-    links = BADGE_LINK.findall(text)
-    assert len(links) == 1, f"{nb.name}: want exactly one Colab badge in the title cell"
-    img, url = links[0]
-    assert img == "https://colab.research.google.com/assets/colab-badge.svg"
-    u = urlparse(url)
-    assert (u.scheme, u.netloc) == ("https", "colab.research.google.com")
-    prefix = f"/github/{REPO}/blob/{REF}/"
-    assert u.path.startswith(prefix), f"{nb.name}: badge must open github/{REPO} at {REF}: {url}"
-    path_in_repo = u.path[len(prefix):]
-    assert path_in_repo == f"notebooks/student/{nb.name}", \
-        f"{nb.name}: badge opens {path_in_repo}, not the student edition (no solutions)"
-    assert (ROOT / path_in_repo).is_file()
-    assert badge(nb.stem) in text  # and it is exactly what tools/template.py writes
-
-
-@pytest.mark.parametrize("nb", NOTEBOOKS + STUDENT, ids=lambda p: p.parent.name + "/" + p.stem)
-def test_first_code_cell_is_the_install_cell(nb):
-    assert source(code_cells(nb)[0]) == INSTALL_CELL
 
 
 def _run_install_cell(monkeypatch, on_colab: bool) -> list:
@@ -114,32 +79,6 @@ def test_kit_does_not_pin_torch_exactly():
     pins = [d for d in re.findall(r'"([^"]+)"', deps) if "==" in d]
     assert not pins, f"exact pins in pyproject dependencies: {pins}"
     assert re.search(r'"torch>=', deps)
-
-
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
-def test_parameters_cell_reads_scale_from_the_environment(nb, monkeypatch):
-    cells = code_cells(nb)
-    tagged = [i for i, c in enumerate(cells) if "parameters" in c["metadata"].get("tags", [])]
-    assert tagged == [1], f"{nb.name}: want one 'parameters' cell, the second code cell: {tagged}"
-    params = source(cells[1])
-    monkeypatch.delenv("COURSE_SCALE", raising=False)
-    ns: dict = {}
-    exec(compile(params, "parameters", "exec"), ns)
-    assert ns["SCALE"] == "default"
-    for scale in ("ci", "gpu"):
-        monkeypatch.setenv("COURSE_SCALE", scale)
-        ns = {}
-        exec(compile(params, "parameters", "exec"), ns)
-        assert ns["SCALE"] == scale
-
-
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
-def test_scale_goes_through_runtime_setup(nb):
-    """setup(SCALE, ...) right after the parameters is what turns "gpu" without CUDA into a
-    clear message instead of a crash deep in the lesson."""
-    later = "\n".join(source(c) for c in code_cells(nb)[2:4])
-    assert re.search(r"\bsetup\(\s*SCALE\b", later), f"{nb.name}: call setup(SCALE, ...) in the " \
-                                                     "cell after the parameters cell"
 
 
 def _runtime():

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+import background
+
 from course_utils.distributed import train as script
 from course_utils.distributed.launcher import free_port
 
@@ -27,8 +29,8 @@ def torchrun(*torchrun_args, script_args=()):
            "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", *torchrun_args,
            "-m", "course_utils.distributed.train", *script_args]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return background.popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def finish(proc) -> str:
@@ -48,16 +50,30 @@ def last_hash(out: str) -> str:
     return lines[-1][len(script.HASH_PREFIX):]
 
 
+def start_in_background(tmp: Path):
+    """The torchrun runs, in the background (tests/background.py): an uninterrupted 2-rank run
+    and, at the same time, one whose rank 1 is killed before step 25 (checkpoints every 10 steps,
+    one restart allowed); then two agents as two nodes."""
+    def run_all() -> dict:
+        ckpt = tmp / "ckpt"
+        straight = torchrun("--standalone", "--nproc_per_node", "2", script_args=ARGS)
+        crashed = torchrun("--standalone", "--nproc_per_node", "2", "--max-restarts", "1",
+                           script_args=[*ARGS, "--checkpoint-dir", str(ckpt), "--checkpoint-every",
+                                        "10", "--crash-at-step", "25", "--crash-rank", "1"])
+        done = {"straight": finish(straight), "crashed": finish(crashed), "ckpt": ckpt}
+        port = free_port()
+        agents = [torchrun("--nnodes", "2", "--nproc_per_node", "1", "--rdzv-backend", "c10d",
+                           "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", "two-nodes",
+                           script_args=ARGS) for _ in range(2)]
+        done["agents"] = [finish(a) for a in agents]
+        return done
+    return run_all
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """An uninterrupted 2-rank run and, at the same time, one whose rank 1 is killed before step
-    25 (checkpoints every 10 steps, one restart allowed)."""
-    ckpt = tmp_path_factory.mktemp("ckpt")
-    straight = torchrun("--standalone", "--nproc_per_node", "2", script_args=ARGS)
-    crashed = torchrun("--standalone", "--nproc_per_node", "2", "--max-restarts", "1",
-                       script_args=[*ARGS, "--checkpoint-dir", str(ckpt), "--checkpoint-every", "10",
-                                    "--crash-at-step", "25", "--crash-rank", "1"])
-    return {"straight": finish(straight), "crashed": finish(crashed), "ckpt": ckpt}
+def runs(request, tmp_path_factory):
+    return background.result(request, __name__,
+                             lambda: start_in_background(tmp_path_factory.mktemp("torchrun")))
 
 
 def test_rank_killed_and_group_restarted_ends_bitwise_equal(runs):
@@ -72,11 +88,7 @@ def test_rank_killed_and_group_restarted_ends_bitwise_equal(runs):
 
 
 def test_two_agents_as_two_nodes_equal_one_agent_with_two_processes(runs):
-    port = free_port()
-    agents = [torchrun("--nnodes", "2", "--nproc_per_node", "1", "--rdzv-backend", "c10d",
-                       "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", "two-nodes",
-                       script_args=ARGS) for _ in range(2)]
-    outs = [finish(a) for a in agents]
+    outs = runs["agents"]
     printed = [o for o in outs if script.HASH_PREFIX in o]
     assert len(printed) == 1                                   # rank 0 prints, on one node
     assert last_hash(printed[0]) == last_hash(runs["straight"])

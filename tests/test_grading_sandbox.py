@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import assign  # noqa: E402
 import sandbox  # noqa: E402
 from notebooks import render  # noqa: E402
+import background  # noqa: E402
 
 needs_bwrap = pytest.mark.skipif(
     sandbox.bwrap() is None,
@@ -39,6 +40,7 @@ SAMPLE = "98_sample"
 QUESTIONS = ["q1_param_bytes", "q2_adam_ratio", "q3_variant_resident_bytes"]
 VARIANTS = dict(d_in=(8, 16, 24, 32, 48), d_out=(4, 3, 5, 6, 7))  # as in tests/fixtures/98_sample.py
 SCRATCH_BYTES = 256 * 2**20  # the sandboxes' in-memory scratch in this run (default 2 GiB)
+TIMEOUT = 45  # seconds per submission: an honest one takes about 10 alone, 15 beside the rest of the suite
 
 # file name -> what it may end as (status, total). The older hostile notebooks answer alice's first
 # two questions (3 points) or nothing; each newer one says its real answers in its first cell.
@@ -173,16 +175,32 @@ def class_folder(folder: Path, dist: Path, student: dict, port: int, canary: Pat
         (folder / f"{name}.ipynb").write_text(json.dumps(nb))
 
 
-@pytest.fixture(scope="module")
-def class_run(tmp_path_factory):
-    """The instructor's one command over the whole class, with their secrets planted."""
-    tmp = tmp_path_factory.mktemp("class")
+def watched_root() -> dict[str, tuple]:
+    """The repository's tracked files, as tree_digest gives them (mtime, no content): the rest of
+    the suite runs beside the class run and writes its own caches (data/, build/) into the
+    repository, which the sandboxes only ever see read-only."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True)
+    if listed.returncode != 0:  # not a git checkout: everything but the caches
+        skip = {"data", "build", ".venv", "dist"}
+        files = [p for p in ROOT.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                 and not skip & set(p.relative_to(ROOT).parts[:1])]
+    else:
+        files = [ROOT / f for f in listed.stdout.decode().split("\0") if f]
+    return {str(p.relative_to(ROOT)): (st.st_size, st.st_mtime_ns, st.st_mode)
+            for p in files if (st := p.lstat())}
+
+
+def start_in_background(tmp: Path):
+    """Prepare the class (otter assign: in the main thread) and plant the instructor's secrets;
+    return the function that grades it with the instructor's one command (tests/background.py).
+    None without bubblewrap (every test here then skips and says why)."""
+    if sandbox.bwrap() is None:
+        return None
     lesson = tmp / f"{SAMPLE}.ipynb"
     lesson.write_text(render(FIXTURES / f"{SAMPLE}.py"))
     dist = assign.assign(lesson, tmp / "dist", run_tests=False, quiet=True)
     zip_path = dist / f"{SAMPLE}-autograder.zip"
     student = json.loads((dist / "student" / f"{SAMPLE}.ipynb").read_text())
-    assert len({variant_answer(s) for s in ("ada", "barbara", "linus")}) == 3
 
     listener = Listener()
     canary_text = "canary-" + secrets.token_hex(16)
@@ -191,8 +209,6 @@ def class_run(tmp_path_factory):
     folder = tmp / "submissions"
     folder.mkdir()
     class_folder(folder, dist, student, listener.port, canary)
-    names = {os.fsencode(p.name).decode("utf-8", "backslashreplace") for p in folder.iterdir()}
-    assert names == set(EXPECTED), names ^ set(EXPECTED)
 
     # the instructor's secrets: a file in a (fake) home and an environment variable
     home = tmp / "home"
@@ -202,31 +218,53 @@ def class_run(tmp_path_factory):
     previous = tmp / "grades" / "00_previous"
     previous.mkdir(parents=True)
     (previous / "scores.csv").write_text("submission,status,total,possible\nx.ipynb,ok,3,3\n")
-    watched = {home: True, folder: True, dist: True, previous: True, ROOT: False,
-               Path(sys.prefix): False}
-    before = {f: tree_digest(f, c) for f, c in watched.items()}
-
     out = tmp / "grades" / "98"
+    run = dict(out=out, folder=folder, canary=canary_text, token=token, listener=listener,
+               watched={home: True, folder: True, dist: True, previous: True,
+                        Path(sys.prefix): False})
+    command = [sys.executable, str(ROOT / "tools" / "grade.py"), str(zip_path), str(folder),
+               "--out", str(out), "--timeout", str(TIMEOUT), "--jobs", "2",
+               "--scratch-mib", str(SCRATCH_BYTES >> 20)]
     env = dict(os.environ, HOME=str(home), GRADER_SECRET_TOKEN=token)
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "grade.py"), str(zip_path),
-                           str(folder), "--out", str(out), "--timeout", "60", "--jobs", "2",
-                           "--scratch-mib", str(SCRATCH_BYTES >> 20)],
-                          capture_output=True, text=True, env=env, timeout=1800)
+    return lambda: grade_the_class(run, command, env)
+
+
+def grade_the_class(run: dict, command: list[str], env: dict) -> dict:
+    """Run the grader over the class; what the tests read, with what changed outside."""
+    watched = run["watched"]
+    before = {f: tree_digest(f, c) for f, c in watched.items()}
+    before[ROOT] = watched_root()
+    proc = background.popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    stdout, stderr = proc.communicate(timeout=1800)
     after = {f: tree_digest(f, c) for f, c in watched.items()}
-    with open(out / "scores.csv", newline="", encoding="utf-8") as f:
+    after[ROOT] = watched_root()
+    with open(run["out"] / "scores.csv", newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         header, rows = reader.fieldnames, {r["submission"]: r for r in reader}
-    return dict(proc=proc, out=out, header=header, rows=rows, canary=canary_text, token=token,
-                listener=listener,
+    return dict(run, returncode=proc.returncode, stdout=stdout, stderr=stderr,
+                header=header, rows=rows,
                 changed={str(f): sorted(k for k in set(before[f]) | set(after[f])
                                         if before[f].get(k) != after[f].get(k))[:10]
-                         for f in watched if after[f] != before[f]})
+                         for f in before if after[f] != before[f]})
+
+
+@pytest.fixture(scope="module")
+def class_run(request, tmp_path_factory):
+    """The class run the suite started in the background (tests/background.py)."""
+    run = background.result(request, __name__,
+                            lambda: start_in_background(tmp_path_factory.mktemp("class")))
+    names = {os.fsencode(p.name).decode("utf-8", "backslashreplace")
+             for p in run["folder"].iterdir()}
+    assert names == set(EXPECTED), names ^ set(EXPECTED)
+    assert len({variant_answer(s) for s in ("ada", "barbara", "linus")}) == 3
+    return run
 
 
 @needs_bwrap
 def test_every_file_gets_the_score_its_real_answers_earn(class_run):
-    proc, rows = class_run["proc"], class_run["rows"]
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = class_run["rows"]
+    assert class_run["returncode"] == 0, class_run["stdout"][-3000:] + class_run["stderr"][-3000:]
     got = {name: (r["status"], float(r["total"])) for name, r in rows.items()}
     wrong = {n: g for n, g in got.items() if g not in EXPECTED.get(n, ())}
     assert not wrong and set(got) == set(EXPECTED), f"expected {EXPECTED}, got {got}"
@@ -251,8 +289,8 @@ def test_nothing_leaks_and_nothing_outside_changes(class_run):
     assert not class_run["listener"].accepted, \
         f"a submission reached 127.0.0.1: {class_run['listener'].accepted}"
     assert not class_run["changed"], f"{class_run['changed']} changed during grading"
-    proc, out = class_run["proc"], class_run["out"]
-    for where in [proc.stdout, proc.stderr] + [p.read_text(errors="replace")
+    out = class_run["out"]
+    for where in [class_run["stdout"], class_run["stderr"]] + [p.read_text(errors="replace")
                                                 for p in out.rglob("*") if p.is_file()]:
         assert class_run["canary"] not in where and class_run["token"] not in where, \
             "a secret or a host file reached the grades"

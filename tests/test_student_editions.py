@@ -4,14 +4,14 @@ every exercise followed by its check, nothing after an exercise depending on its
 checks' feedback; and, executed in a fresh kernel at CI scale, every check reports "not attempted"
 with the exercises blank and passes with the revealed solutions. Execution is costly (a whole
 lesson): a sample runs by default, COURSE_STUDENT_LESSONS=all (or a comma list) runs more;
-tests/test_wheel.py runs 00 and 01 from an installed wheel.
+tests/test_wheel.py runs 00 and 01 from an installed wheel. The per-lesson checks (up to date, no
+solution or hidden-test text, a check after every exercise, nothing after one using its answer)
+are rules in tests/notebook_rules.py, run once per lesson by tests/test_notebook_rules.py.
 """
 from __future__ import annotations
 
-import ast
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -22,13 +22,12 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import notebooks  # noqa: E402
-from test_assignments import code_lines, split_source  # noqa: E402
+from notebook_rules import CHECK  # noqa: E402
 
 from course_utils.practice import Exercises, load_lesson  # noqa: E402
 
 SOURCES = notebooks.sources()
 NAMES = [s.stem for s in SOURCES]
-CHECK = re.compile(r'^exercises\.check\("(\w+)"\)$')
 
 
 def _executed_lessons() -> list[str]:
@@ -38,75 +37,10 @@ def _executed_lessons() -> list[str]:
     return [n for n in NAMES if n in (wanted.split(",") if wanted else ["06_training_memory"])]
 
 
-def student(name: str) -> dict:
-    return json.loads((notebooks.STUDENT / f"{name}.ipynb").read_text())
-
-
-def text(cell: dict) -> str:
-    s = cell["source"]
-    return "".join(s) if isinstance(s, list) else s
-
-
-@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
-def test_student_edition_is_up_to_date(src):
-    for path, want in notebooks.student_files(src).items():
-        assert path.is_file() and path.read_text() == want, \
-            f"{path.relative_to(ROOT)} is not what notebooks/src/{src.name} builds: run `make notebooks`"
-
-
 def test_no_stale_student_editions():
     built = {p.stem for p in notebooks.STUDENT.glob("*.ipynb")} | \
         {p.stem for p in notebooks.PRACTICE_DATA.glob("*.json")}
     assert built <= set(NAMES), f"student files without a lesson source: {built - set(NAMES)}"
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_student_edition_has_no_solutions_or_hidden_tests(name):
-    lesson = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
-    solution, hidden, _ = split_source(lesson)
-    assert solution, f"{name}: found no solution lines in the lesson; are the markers right?"
-    nb = student(name)
-    given = set(code_lines("\n".join(text(c) for c in nb["cells"])))
-    leaked = [line for line in solution if line in given]
-    assert not leaked, f"{name}: solution lines in the student edition: {leaked}"
-    shipped = set(code_lines("\n".join(t for q in load_lesson(name)["questions"].values()
-                                       for t in q["public_tests"] + [q["solution"]])))
-    secret = [line for line in hidden if line in shipped or line in given]
-    assert not secret, f"{name}: hidden-test lines handed to learners: {secret}"
-    assert not [c for c in nb["cells"] if c["cell_type"] == "raw"], f"{name}: otter raw cells left"
-    markers = [q for q, data in load_lesson(name)["questions"].items() if "SOLUTION" in data["solution"]]
-    assert not markers, f"{name}: otter SOLUTION markers left in the shipped solutions of {markers}"
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_every_exercise_is_followed_by_its_check(name):
-    nb, data = student(name), load_lesson(name)
-    checks = [m.group(1) for c in nb["cells"] if c["cell_type"] == "code"
-              for m in [CHECK.match(text(c).strip())] if m]
-    assert checks == list(data["questions"]), f"{name}: check cells {checks}"
-    for q, entry in data["questions"].items():
-        assert entry["answer_names"] and entry["public_tests"] and entry["solution"].strip(), q
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_nothing_after_an_exercise_uses_its_answer(name):
-    """A cell after the exercises that reads an answer would crash for a learner who skipped it."""
-    answers = {n for q in load_lesson(name)["questions"].values() for n in q["answer_names"]}
-    answer_cells = {text(c) for c in student(name)["cells"]
-                    if c["cell_type"] == "code" and answers & _defined(text(c))}
-    for cell in student(name)["cells"]:
-        src = text(cell)
-        if cell["cell_type"] != "code" or src in answer_cells or CHECK.match(src.strip()):
-            continue
-        used = {n.id for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Name)}
-        assert not used & answers, f"{name}: a cell uses the answers {used & answers}:\n{src[:300]}"
-
-
-def _defined(src: str) -> set[str]:
-    tree = ast.parse(src)
-    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))} | \
-        {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
-         if isinstance(t, ast.Name)}
 
 
 # --------------------------------------------------------------------------- the checks' feedback

@@ -21,6 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import background
 from test_student_editions import assert_blank_run, blank_then_solve, solved
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,10 +59,8 @@ def runtime_data_files() -> list[str]:
                   if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts)
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def build_wheel(tmp: Path) -> Path:
     """A wheel built from a copy of the package sources (the build leaves nothing in the repo)."""
-    tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
@@ -74,16 +73,10 @@ def wheel(tmp_path_factory) -> Path:
     return built
 
 
-def test_wheel_holds_the_runtime_data_files(wheel):
-    names = set(zipfile.ZipFile(wheel).namelist())
-    data = runtime_data_files()
-    assert any(d.startswith("course_utils/practice_data/") for d in data)
-    missing = [d for d in data if d not in names]
-    assert not missing, f"not in the wheel (add them to [tool.setuptools.package-data]): {missing}"
-
-
-def test_installed_wheel_runs_lessons_00_and_01_outside_the_repository(wheel, tmp_path):
-    venv, work = tmp_path / "venv", tmp_path / "work"
+def install_and_run(wheel: Path, tmp: Path) -> dict:
+    """Install ``wheel`` into a new environment, make its package read-only and run the lessons'
+    student editions there, blank then solved; returns where everything is."""
+    venv, work = tmp / "venv", tmp / "work"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], timeout=120)
     py = venv / "bin" / "python"
     inner = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
@@ -105,8 +98,38 @@ def test_installed_wheel_runs_lessons_00_and_01_outside_the_repository(wheel, tm
         _run([str(py), "-c", RUN_LESSONS, *[f"{n}.ipynb" for n in LESSONS]], cwd=work, env=env,
              timeout=900)
     finally:
-        for p in [package, *package.rglob("*")]:  # let tmp_path be cleaned up
+        for p in [package, *package.rglob("*")]:  # let the folder be cleaned up
             p.chmod(p.stat().st_mode | stat.S_IWUSR)
+    return dict(package=package, work=work)
+
+
+def start_in_background(tmp: Path):
+    """Build, install and run in the background (tests/background.py): it is all subprocesses
+    (pip, a new environment, two kernels)."""
+    def build_install_run() -> dict:
+        (tmp / "build").mkdir()
+        (tmp / "install").mkdir()
+        wheel = build_wheel(tmp / "build")
+        return dict(wheel=wheel, run=install_and_run(wheel, tmp / "install"))
+    return build_install_run
+
+
+@pytest.fixture(scope="module")
+def installed(request, tmp_path_factory) -> dict:
+    return background.result(request, __name__,
+                             lambda: start_in_background(tmp_path_factory.mktemp("wheel")))
+
+
+def test_wheel_holds_the_runtime_data_files(installed):
+    names = set(zipfile.ZipFile(installed["wheel"]).namelist())
+    data = runtime_data_files()
+    assert any(d.startswith("course_utils/practice_data/") for d in data)
+    missing = [d for d in data if d not in names]
+    assert not missing, f"not in the wheel (add them to [tool.setuptools.package-data]): {missing}"
+
+
+def test_installed_wheel_runs_lessons_00_and_01_outside_the_repository(installed):
+    package, work = installed["run"]["package"], installed["run"]["work"]
     for name in LESSONS:
         nb = nbformat.read(work / f"{name}.ipynb", as_version=4)
         assert_blank_run(nb, name)

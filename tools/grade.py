@@ -60,6 +60,7 @@ from grade_stages import declared_answers, receive, send  # noqa: E402
 STATUS_OK, STATUS_TIMEOUT, STATUS_ERROR = "ok", "timeout", "error"
 TOOLS = Path(__file__).resolve().parent
 STAGES = TOOLS / "grade_stages.py"
+KERNEL_SITE = TOOLS / "kernel_site"  # first on the graded kernel's path (see its module)
 SUFFIXES = (".ipynb", ".zip")
 MAX_NOTEBOOK_BYTES = 32 * 2**20     # a submitted notebook, outputs and all
 MAX_ANSWERS_CHARS = 4 * 2**20       # the answers' JSON: real answers take kilobytes
@@ -337,6 +338,7 @@ def _grade(submission: Path, autograder: Path, *, timeout: float, scale: str, ke
     package, readonly, env = kit_paths()
     readonly.append(TOOLS)
     env.update(COURSE_SCALE=scale, COURSE_STUDENT_ID=student)
+    kernel_env = dict(env, PYTHONPATH=os.pathsep.join([str(KERNEL_SITE), env["PYTHONPATH"]]))
     python = sys.executable
     practice = package / "practice_data"  # the lessons' solutions: not for graded runs
 
@@ -356,7 +358,7 @@ def _grade(submission: Path, autograder: Path, *, timeout: float, scale: str, ke
         try:
             first = sandbox.run([python, str(STAGES), "execute", str(nb), json.dumps(list(declared)),
                                  str(write_end), assignment], tmp / "stage1", readonly=readonly + [nb.parent],
-                                hidden=[practice], env=env, limits=limits, pass_fds=(write_end,),
+                                hidden=[practice], env=kernel_env, limits=limits, pass_fds=(write_end,),
                                 timeout=left())
         finally:
             os.close(write_end)

@@ -124,6 +124,11 @@ def _helper(value) -> dict:
 def export_answers(namespace: dict, names: list[str], path: str) -> None:
     """Write the answers ``names`` from the kernel's ``namespace`` to ``path`` (the format in the
     module docstring). Runs in the student's kernel: its output is only the student's claim."""
+    Path(path).write_text(json.dumps(claim_of(namespace, names), allow_nan=False))
+
+
+def claim_of(namespace: dict, names: list[str]) -> dict:
+    """The answers ``names`` in ``namespace`` as plain data (the format in the module docstring)."""
     out = {"values": {}, "functions": {}, "refused": {}}
     for name in names:
         if name not in namespace:
@@ -136,7 +141,7 @@ def export_answers(namespace: dict, names: list[str], path: str) -> None:
                 out["values"][name] = plain.encode(value)
         except Exception as err:  # anything not plain data: say why, carry nothing
             out["refused"][name] = f"{type(err).__name__}: {err}"[:500]
-    Path(path).write_text(json.dumps(out, allow_nan=False))
+    return out
 
 
 def _bundle(namespace: dict, fn) -> dict:
@@ -305,10 +310,14 @@ class FunctionAnswer:
         self.name, self._to, self._from = name, to_fd, from_fd
         self.__name__ = self.__qualname__ = name
 
+    def _exchange(self, request: dict):
+        """Send one call's plain arguments to the function's sandbox; its reply, parsed."""
+        send(self._to, request)
+        return json.loads(receive(self._from, time.monotonic() + CALL_SECONDS))
+
     def __call__(self, *args, **kwargs):
         try:
-            send(self._to, {"args": plain.encode(list(args)), "kwargs": plain.encode(kwargs)})
-            reply = json.loads(receive(self._from, time.monotonic() + CALL_SECONDS))
+            reply = self._exchange({"args": plain.encode(list(args)), "kwargs": plain.encode(kwargs)})
         except plain.NotPlainData as err:
             raise TypeError(f"the test passed {self.name} something that is not plain data: "
                             f"{err}") from None
@@ -350,6 +359,43 @@ def declared_answers(source: str) -> dict[str, str]:
                     if isinstance(n, ast.Name):
                         kinds.setdefault(n.id, "value")
     return kinds
+
+
+class InProcessAnswer(FunctionAnswer):
+    """A :class:`FunctionAnswer` whose function runs in this process, defined from its bundle as
+    the function's sandbox defines it, with the same plain data both ways and the same errors.
+    For the kit's own tests only (notebooks/conftest.py): it runs the code it is given."""
+
+    def __init__(self, name: str, bundle: dict):
+        super().__init__(name, -1, -1)
+        self._fn = define(json.loads(json.dumps(bundle)), name)[name]
+
+    def _exchange(self, request: dict):
+        request = json.loads(json.dumps(request, allow_nan=False))
+        try:
+            value = self._fn(*plain.decode(request["args"]), **plain.decode(request["kwargs"]))
+            reply = {"ok": plain.encode(value)}
+        except BaseException as err:  # as serve() reports it
+            reply = {"error": f"{type(err).__name__}: {err}"[:2000], "type": type(err).__name__}
+        return json.loads(json.dumps(reply, allow_nan=False))
+
+
+def as_graded(namespace: dict, names) -> list[str]:
+    """Rebind the answers ``names`` in ``namespace`` as the trusted stage binds them: each value
+    rebuilt from the plain data stage 1 would send, each function an :class:`InProcessAnswer`; an
+    answer grading would refuse is removed. Returns what grading would note. notebooks/conftest.py
+    calls it in each lesson's kernel before a question's tests, so nbval runs every lesson's tests
+    against its reference as grading would, without a sandbox. Not checked here: that a function
+    answer imports nothing of the kit at call time (its sandbox has no kit)."""
+    claim = json.loads(json.dumps(claim_of(namespace, list(names)), allow_nan=False))
+    notes = [f"answer `{n}` not used: {why}" for n, why in claim["refused"].items()]
+    for name in names:
+        namespace.pop(name, None)
+    for name, encoded in claim["values"].items():
+        namespace[name] = plain.decode(plain.reencode(plain.decode(encoded, build_tensors=False)))
+    for name, bundle in claim["functions"].items():
+        namespace[name] = InProcessAnswer(name, bundle)
+    return notes
 
 
 def run_lesson(lesson: str, values: dict, functions: dict[str, FunctionAnswer],

@@ -6,11 +6,11 @@ otter-grader's markers, ``# %% tags=["parameters"]`` for papermill). ``python to
 build`` (``make notebooks``) writes ``notebooks/NN_name.ipynb`` with no outputs; jupytext parses,
 this file only fixes what the committed notebook carries: the kernelspec nbval and papermill need,
 cell tags (no other cell metadata) and stable cell ids, so rebuilding an unchanged source changes
-nothing. ``tests/test_notebooks_meta.py`` checks every committed notebook against its source.
+nothing. ``tests/test_notebook_rules.py`` checks every committed notebook against its source.
 
 It also writes each lesson's student edition, ``notebooks/student/NN_name.ipynb``, and its
 exercise checks, ``course_utils/practice_data/NN_name.json`` (tools/student.py);
-``tests/test_student_editions.py`` checks they are up to date.
+``tests/test_notebook_rules.py`` checks they are up to date.
 """
 from __future__ import annotations
 
@@ -78,5 +78,5 @@ def build() -> None:
 if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else "build"
     if cmd != "build":
-        sys.exit(f"usage: {sys.argv[0]} build  (tests/test_notebooks_meta.py checks the result)")
+        sys.exit(f"usage: {sys.argv[0]} build  (tests/test_notebook_rules.py checks the result)")
     build()

@@ -1,4 +1,4 @@
-"""Text every lesson notebook starts with; tests/test_notebooks_meta.py checks it.
+"""Text every lesson notebook starts with; tests/notebook_rules.py checks it.
 
 Where the kit lives is ONE setting, ``REPO`` and ``REF`` below: the Colab badge opens the
 student edition from github.com/REPO at REF, and the install cell pip-installs the kit from the

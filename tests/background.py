@@ -1,0 +1,71 @@
+"""Long runs that start when the suite does and finish beside it, one after another on one thread.
+
+A test module that defines ``start_in_background(tmp: Path)`` gets it called once, in the main
+thread after collection (tests/conftest.py), when any of its tests is selected. It does what must
+happen in the main thread (otter assign changes the working directory) and returns a function
+that does the long part: starting subprocesses and waiting for them (sandboxed kernels, torchrun,
+pip). Those functions run one at a time, in the order of ``LANE``, on one background thread;
+the module's fixture calls :func:`result`, which waits for its own and returns what it returned
+(or raises what it raised). The tests that wait go last (conftest.py sorts them so).
+
+Why: those runs spend their time starting processes and kernels while the rest of the suite uses
+about one of the two cores; beside it they cost the suite little wall time. One lane, not one
+thread each, so that the grading runs' time limits are not tested against five runs at once.
+"""
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+# first started, first needed: the class grading run is the longest
+LANE = ("test_grading_sandbox", "test_assignments", "test_distributed_train", "test_wheel")
+
+_RUNS = pytest.StashKey[dict]()
+_PROCESSES: list[subprocess.Popen] = []
+TIMES: dict[str, float] = {}  # module name -> seconds its run took (the suite's summary shows them)
+
+
+def order(module_name: str) -> int:
+    return LANE.index(module_name) if module_name in LANE else len(LANE)
+
+
+def popen(*args, **kwargs) -> subprocess.Popen:
+    """subprocess.Popen, killed when the suite ends (an interrupted suite leaves nothing behind)."""
+    proc = subprocess.Popen(*args, **kwargs)
+    _PROCESSES.append(proc)
+    return proc
+
+
+def start(config, work: dict[str, Callable[[], object]]) -> None:
+    """Run ``work`` (module name -> function) one at a time, in LANE order, on one thread."""
+    futures = {name: Future() for name in work}
+    config.stash[_RUNS] = futures
+
+    def lane():
+        for name in sorted(work, key=order):
+            future = futures[name]
+            began = time.monotonic()
+            try:
+                future.set_result(work[name]())
+            except BaseException as err:  # the module's tests report it
+                future.set_exception(err)
+            TIMES[name] = time.monotonic() - began
+
+    threading.Thread(target=lane, name="background-lane", daemon=True).start()
+    config.add_cleanup(lambda: [p.kill() for p in _PROCESSES if p.poll() is None])
+
+
+def result(request, module_name: str, fallback: Callable[[], Callable[[], object]],
+           timeout: float = 3600):
+    """What the module's background function returned, once it has (started here, in this
+    thread, when the suite did not start it: e.g. a run that deselected it at first)."""
+    future = request.config.stash.get(_RUNS, {}).get(module_name)
+    if future is None:
+        return fallback()()
+    return future.result(timeout=timeout)

@@ -11,8 +11,9 @@ nobody downstream waits for, so it can fill idle slots).
     1F1B   warm-up, then alternate    bubble = (p-1)/(m+p-1)      activations held: p - stage
     interleaved 1F1B, v chunks/device bubble = (p-1)/(v·m+p-1)    (more point-to-point traffic)
     zero-bubble (B/W split)           W fills idle slots: bubble (p-1)(F+B-W) per device once a
-                                      device may hold ~2p micro-batches until their W (twice
-                                      1F1B's p; ZB-H2's price); at 1F1B's p, a smaller gain
+                                      device may hold a little more than 1F1B's p micro-batches
+                                      until their W (p+1 at p=4, p+2 at p=8 for the greedy rule;
+                                      lesson 09 sweeps it); at 1F1B's p, a smaller gain
 
 ``simulate`` executes a schedule tick by tick (integer costs): each device, when idle, starts the
 next operation its schedule allows whose inputs are ready. ``stage_slice`` cuts a Sequential into
@@ -146,8 +147,9 @@ def simulate(schedule: str, devices: int, microbatches: int, *, forward: int = 1
     over all its chunks: each chunk costs 1/v of it). zero_bubble splits backward into
     B_input = backward // 2 and W = backward - B_input. chunks: v, used only by interleaved.
     max_in_flight (zero_bubble only): cap on micro-batches whose activations a device holds;
-    None = no cap; "1f1b" = p - d (1F1B's memory: a smaller gain). A cap of 2p - 1 already
-    reaches ``zero_bubble_formula`` (lesson 09 asserts it); more memory buys nothing.
+    None = no cap; "1f1b" = p - d (1F1B's memory: a smaller gain). A cap a little above p
+    (p + 1 at p = 4, m = 16; lesson 09 finds the smallest) reaches ``zero_bubble_formula``; more
+    memory buys nothing.
     """
     checks.choice(schedule, "schedule", SCHEDULES)
     p, m = devices, microbatches

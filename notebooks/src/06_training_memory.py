@@ -126,7 +126,8 @@ assert mixed_per_param == {"weights": predicted_per_param["params"], "gradients"
                            "fp32 master": predicted_per_param["master_params"],
                            "Adam moments": predicted_per_param["optimizer"]}
 assert sum(mixed_per_param.values()) == 16
-#
+
+# %% [markdown]
 # **Activations** are per token. Korthikanti et al. (2022) count one Megatron GPT layer, 16-bit
 # activations with dropout, s = sequence, b = batch, h = hidden, a = heads:
 # s·b·h·(34 + 5·a·s/h) bytes: 34·sbh for the linear layers, GELU, layer norms and dropout masks,

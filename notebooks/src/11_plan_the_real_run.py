@@ -288,7 +288,7 @@ if cfg.paper:   # at 32 layers: DDP's replicated state alone overflows, sharded 
 # - ViT-L/16: about 304 M parameters for the encoder as usually quoted (the ViT paper's Table 1
 #   rounds ViT-Large to 307 M; not re-checked): asserted within 2%.
 # - MAE: the abstract says masking "accelerate[s] training (by 3× or more)" (checked; wall-clock).
-#   Table 2(c) reports that an encoder that also processes the mask tokens costs 3.3× the training
+#   Table 1(c) reports that an encoder that also processes the mask tokens costs 3.3× the training
 #   FLOPs (ViT-L, 8-block decoder; not re-checked): asserted within 10%.
 # - MoCo v2 (Chen et al. 2020, Table 3, 8 V100 GPUs; not re-checked): 5.0 GB per GPU for MoCo at
 #   batch 256, and 93.0 GB (extrapolated) per GPU for end-to-end, SimCLR-style training at batch

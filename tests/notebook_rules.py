@@ -120,14 +120,9 @@ def split_source(nb: dict) -> tuple[list[str], list[str], list[str]]:
     a comment with "hidden" or that carry ``hidden: true`` in a TEST CONFIG. Public: the rest.
     """
     solution, hidden, public = [], [], []
-    in_tests = False
-    for cell in nb["cells"]:
+    for _, cell, in_tests in cells_with_test_flag(nb):
         text = source(cell)
         if cell["cell_type"] == "raw":
-            if re.match(r"#\s+BEGIN\s+TESTS", text, re.I):
-                in_tests = True
-            elif re.match(r"#\s+END\s+TESTS", text, re.I):
-                in_tests = False
             continue
         if cell["cell_type"] != "code":
             public += code_lines(text)
@@ -208,9 +203,9 @@ def first_question_cell(nb: dict) -> int:
     raise AssertionError("no otter init cell (grader = otter.Notebook(...)) found")
 
 
-def cells_in_tests(nb: dict) -> list[tuple[int, ast.Module]]:
-    """(cell index, parsed code) of every code cell inside a ``# BEGIN TESTS`` block."""
-    out, in_tests = [], False
+def cells_with_test_flag(nb: dict):
+    """(cell index, cell, whether it is inside a ``# BEGIN TESTS`` block) for every cell."""
+    in_tests = False
     for i, cell in enumerate(nb["cells"]):
         text = source(cell)
         if cell["cell_type"] == "raw":
@@ -218,9 +213,13 @@ def cells_in_tests(nb: dict) -> list[tuple[int, ast.Module]]:
                 in_tests = True
             elif re.match(r"#\s+END\s+TESTS", text, re.I):
                 in_tests = False
-        elif in_tests and cell["cell_type"] == "code":
-            out.append((i, ast.parse(text)))
-    return out
+        yield i, cell, in_tests
+
+
+def cells_in_tests(nb: dict) -> list[tuple[int, ast.Module]]:
+    """(cell index, parsed code) of every code cell inside a ``# BEGIN TESTS`` block."""
+    return [(i, ast.parse(source(cell))) for i, cell, in_tests in cells_with_test_flag(nb)
+            if in_tests and cell["cell_type"] == "code"]
 
 
 def bound_names(tree: ast.Module) -> set[str]:

@@ -96,8 +96,11 @@ def fake_world(world_size: int):
     """Start a fake process group of ``world_size`` ranks (this process is rank 0); yield its
     1-D DeviceMesh, built before any fake tensor exists; destroy the group on exit.
 
-    Under it ``DistributedDataParallel(m, init_sync=False)``, ``fully_shard(m, mesh=mesh)`` and
-    ``parallelize_module(m, mesh, plan)`` wrap a model as they would on ``world_size`` GPUs.
+    Under it ``fully_shard(m, mesh=mesh)`` and ``parallelize_module(m, mesh, plan)`` wrap a model
+    as they would on ``world_size`` GPUs. DDP needs one more step: the fake backend cannot run the
+    reducer's own C++ all-reduce (a plain ``DistributedDataParallel(m, init_sync=False)`` dies in a
+    torch internal assert at the first backward), so register a Python comm hook on it, as
+    ``course_utils.ledger.plan._ddp`` does with ``allreduce_mean_hook`` (which the ledger counts).
     """
     checks.positive_int(world_size, "world_size")
     if dist.is_initialized():

@@ -930,10 +930,13 @@ check_close(noise_without_replacement(_noise.trace_cov, 1, len(images)), _noise.
 # points: 1
 
 # %% [markdown]
-# **Exercise 3 —** Each device holds `per_device_batch` examples. Using the noise scale as the
-# knee, how many devices still deliver at least half the ideal speed-up? Write
+# **Exercise 3 —** Each device holds `per_device_batch` examples. Take the noise scale as the
+# knee: the global batch should not exceed it. Write
 # `devices_that_pay(b_simple, per_device_batch)`: the largest n (at least 1) whose global batch
-# n·`per_device_batch` does not exceed `b_simple`. Then, from $S \propto 1 + B_\text{noise}/B$
+# n·`per_device_batch` does not exceed `b_simple`. (The knee is the stricter rule: under
+# $S \propto 1 + B_\text{noise}/B$, "at least half the ideal speed-up" is, by algebra,
+# $n \le B_\text{noise}/b + 2$, two devices past it.)
+# Then, from $S \propto 1 + B_\text{noise}/B$
 # with $B_\text{noise}$ = `b_simple`, write `step_speedup(b_simple, per_device_batch, devices)`:
 # how many times fewer steps n devices need than one. The check measures your model's B_simple
 # (`bs.exact_noise_scale(task_model(), images, labels).b_simple`) and uses `task.per_device_batch`.

@@ -2,15 +2,15 @@
 as grading would (tools/grade.py), once per lesson and without a sandbox:
 
 - before a question's first test cell, the kernel rebinds that question's answers as the trusted
-  grading stage binds them (``grade_stages.as_graded``: values rebuilt from plain data, functions
-  called with plain data both ways), so a reference that only works as a live kit object fails
+  grading stage binds them (``grade_stages.as_graded``: the claim held to the declared kinds by the
+  grader's ``check_answers``, values rebuilt from plain data, functions called with plain data
+  both ways), so a reference that only works as a live kit object fails
   here instead of losing its points when an instructor grades;
 - a test cell shows nothing: otter runs it as a doctest that expects no output.
 
 tests/test_assignments.py still grades one lesson for real, in the sandbox."""
 from __future__ import annotations
 
-import ast
 import json
 from pathlib import Path
 
@@ -22,7 +22,7 @@ REBIND = """
 import sys as _sys
 _sys.path.insert(0, {tools!r})
 import grade_stages as _grade_stages
-_notes = _grade_stages.as_graded(globals(), {names!r})
+_notes = _grade_stages.as_graded(globals(), {sources!r})
 _sys.path.remove({tools!r})
 del _sys, _grade_stages
 assert not _notes, "grading would not use the reference's answers: " + "; ".join(_notes)
@@ -31,8 +31,9 @@ del _notes
 
 
 def _roles(nb) -> dict[int, tuple[str, list[str]]]:
-    """id(cell) -> ("solution", []) | ("first test", answer names) | ("test", []) for one notebook."""
-    roles, where, answers, first = {}, None, [], False
+    """id(cell) -> ("solution", []) | ("first test", the question's solution sources) | ("test", [])
+    for one notebook."""
+    roles, where, solutions, first = {}, None, [], False
     for cell in nb.cells:
         text = cell.source.strip()
         if cell.cell_type == "raw" and text.startswith(MARKERS):
@@ -44,25 +45,13 @@ def _roles(nb) -> dict[int, tuple[str, list[str]]]:
         if cell.cell_type != "code" or where is None:
             continue
         if where == "solution":
-            answers += [n for n in _assigned(cell.source) if n not in answers]
+            solutions.append(cell.source)
             roles[id(cell)] = ("solution", [])
         elif first:
-            roles[id(cell)], answers, first = ("first test", answers), [], False
+            roles[id(cell)], solutions, first = ("first test", solutions), [], False
         else:
             roles[id(cell)] = ("test", [])
     return roles
-
-
-def _assigned(source: str) -> list[str]:
-    """Names a solution cell defines (as grade_stages.declared_answers reads an answer cell)."""
-    names = []
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.append(node.name)
-        for target in getattr(node, "targets", []) + [getattr(node, "target", None)]:
-            if target is not None:
-                names += [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
-    return list(dict.fromkeys(names))
 
 
 def _run_in_kernel(item, code: str) -> None:
@@ -100,9 +89,9 @@ def pytest_runtest_call(item):
     parent = item.parent
     if not hasattr(parent, "_grading_roles"):
         parent._grading_roles = _roles(parent.nb)
-    role, answers = parent._grading_roles.get(id(item.cell), (None, []))
-    if role == "first test" and answers:
-        _run_in_kernel(item, REBIND.format(tools=str(TOOLS), names=answers))
+    role, solutions = parent._grading_roles.get(id(item.cell), (None, []))
+    if role == "first test" and solutions:
+        _run_in_kernel(item, REBIND.format(tools=str(TOOLS), sources=solutions))
     result = yield
     if role in ("first test", "test"):
         shown = _shown(item.test_outputs)

@@ -268,22 +268,31 @@ def serve(bundle_path: str, name: str, in_fd: str, out_fd: str) -> None:
     """Answer calls of the student's function ``name`` until the caller closes the channel."""
     rfd, wfd = int(in_fd), int(out_fd)
     _block_kit()
-    try:
-        fn = define(json.loads(Path(bundle_path).read_text()), name)[name]
-    except Exception as err:
-        fn = _unavailable(name, f"your definition failed: {type(err).__name__}: {err}")
+    fn = _answer_function(json.loads(Path(bundle_path).read_text()), name)
     while True:
         try:
             request = json.loads(receive(rfd, time.monotonic() + 86400))
         except EOFError:
             return
-        try:
-            args = plain.decode(request["args"])
-            kwargs = plain.decode(request["kwargs"])
-            reply = {"ok": plain.encode(fn(*args, **kwargs))}
-        except BaseException as err:  # the student's code failed: report it as the answer
-            reply = {"error": f"{type(err).__name__}: {err}"[:2000], "type": type(err).__name__}
-        send(wfd, reply)
+        send(wfd, _reply(fn, request))
+
+
+def _answer_function(bundle: dict, name: str):
+    """The student's function ``name`` defined from its bundle, or a stub that says why not."""
+    try:
+        return define(bundle, name)[name]
+    except Exception as err:
+        return _unavailable(name, f"your definition failed: {type(err).__name__}: {err}")
+
+
+def _reply(fn, request: dict) -> dict:
+    """``fn`` called with one request's plain arguments: its plain result, or the error it raised."""
+    try:
+        args = plain.decode(request["args"])
+        kwargs = plain.decode(request["kwargs"])
+        return {"ok": plain.encode(fn(*args, **kwargs))}
+    except BaseException as err:  # the student's code failed: report it as the answer
+        return {"error": f"{type(err).__name__}: {err}"[:2000], "type": type(err).__name__}
 
 
 # --------------------------------------------------------------------------- stage 2 (trusted)
@@ -368,32 +377,30 @@ class InProcessAnswer(FunctionAnswer):
 
     def __init__(self, name: str, bundle: dict):
         super().__init__(name, -1, -1)
-        self._fn = define(json.loads(json.dumps(bundle)), name)[name]
+        self._fn = _answer_function(json.loads(json.dumps(bundle)), name)
 
     def _exchange(self, request: dict):
         request = json.loads(json.dumps(request, allow_nan=False))
-        try:
-            value = self._fn(*plain.decode(request["args"]), **plain.decode(request["kwargs"]))
-            reply = {"ok": plain.encode(value)}
-        except BaseException as err:  # as serve() reports it
-            reply = {"error": f"{type(err).__name__}: {err}"[:2000], "type": type(err).__name__}
-        return json.loads(json.dumps(reply, allow_nan=False))
+        return json.loads(json.dumps(_reply(self._fn, request), allow_nan=False))
 
 
-def as_graded(namespace: dict, names) -> list[str]:
-    """Rebind the answers ``names`` in ``namespace`` as the trusted stage binds them: each value
-    rebuilt from the plain data stage 1 would send, each function an :class:`InProcessAnswer`; an
-    answer grading would refuse is removed. Returns what grading would note. notebooks/conftest.py
-    calls it in each lesson's kernel before a question's tests, so nbval runs every lesson's tests
-    against its reference as grading would, without a sandbox. Not checked here: that a function
-    answer imports nothing of the kit at call time (its sandbox has no kit)."""
-    claim = json.loads(json.dumps(claim_of(namespace, list(names)), allow_nan=False))
-    notes = [f"answer `{n}` not used: {why}" for n, why in claim["refused"].items()]
-    for name in names:
+def as_graded(namespace: dict, answer_cells: list[str]) -> list[str]:
+    """Rebind the answers that ``answer_cells`` (their sources) declare in ``namespace`` as
+    grading binds them: the claim stage 1 would send, held to the declared kinds by the grader's
+    own ``check_answers``, values rebuilt from plain data, each function an
+    :class:`InProcessAnswer`; an answer grading would not use is removed. Returns grading's notes.
+    notebooks/conftest.py calls it in each lesson's kernel before a question's tests, so nbval runs
+    every lesson's tests against its reference as grading would, without a sandbox. Not checked
+    here: that a function answer imports nothing of the kit at call time (its sandbox has none)."""
+    from grade import check_answers
+    declared = {n: kind for source in answer_cells for n, kind in declared_answers(source).items()}
+    claim = json.loads(json.dumps(claim_of(namespace, list(declared)), allow_nan=False))
+    values, functions, notes = check_answers(claim, declared)
+    for name in declared:
         namespace.pop(name, None)
-    for name, encoded in claim["values"].items():
-        namespace[name] = plain.decode(plain.reencode(plain.decode(encoded, build_tensors=False)))
-    for name, bundle in claim["functions"].items():
+    for name, encoded in values.items():
+        namespace[name] = plain.decode(encoded)
+    for name, bundle in functions.items():
         namespace[name] = InProcessAnswer(name, bundle)
     return notes
 

@@ -58,6 +58,12 @@ def setup(scale: str | None = None, seed: int = 0) -> torch.device:
     device = pick_device(scale)
     print(f"SCALE = {scale!r}, {scale_reason(scale)}; on {device}. To choose, set SCALE in the "
           f"parameters cell or COURSE_SCALE in the environment (ci, default or gpu).")
+    if os.environ.get("COURSE_CHECK_PLACEMENT") == "1":  # make test sets it
+        # an optional tool, loaded only when asked for (it patches torch.load and collectives)
+        from .distributed.device_check import watch_placement
+        if not watch_placement(device):
+            print("COURSE_CHECK_PLACEMENT=1: host and device tensors are told apart on this "
+                  "machine, so a device bug raises here as it would on a GPU")
     return device
 
 

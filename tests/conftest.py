@@ -14,6 +14,14 @@ matplotlib.use("Agg")
 os.environ.setdefault("COURSE_SCALE", "ci")
 
 
+@pytest.fixture(autouse=True)
+def _placement_check_for_lessons_only(monkeypatch):
+    """``make test`` sets COURSE_CHECK_PLACEMENT=1 for the lesson kernels nbval starts; a unit test
+    that calls ``runtime.setup`` in this process must not leave the check on for the rest of the
+    session (tests/test_device_placement.py turns it on in its own subprocess)."""
+    monkeypatch.delenv("COURSE_CHECK_PLACEMENT", raising=False)
+
+
 # The assignments tools/assign.py builds, shared by tests/test_notebook_rules.py (the rules) and
 # tests/test_assignments.py (grading): built once per session. notebook_rules imports otter
 # (slow), so only a session that uses these fixtures imports it.

@@ -37,7 +37,7 @@ def test_without_a_gpu_it_says_so_and_exits_2(tmp_path):
     assert "needs a CUDA GPU" in proc.stderr and "--dry-run" in proc.stderr
 
 
-def test_smoke_runs_a_worker_at_world_size_one_on_cpu(tmp_path):
+def test_smoke_runs_a_worker_on_two_cpu_ranks(tmp_path):
     # the script section's torchrun runs are what tests/test_distributed_train.py checks
     out = tmp_path / "smoke.json"
     assert gpu_check.main(["--smoke", "--only", "workers", "--workers", "hello_all_reduce",
@@ -67,3 +67,56 @@ def test_a_check_left_out_for_time_is_not_a_pass(tmp_path):
 
 def test_lesson_10_runs_first_and_11_12_are_checked():
     assert gpu_check.LESSONS[0] == "10" and {"11", "12"} <= set(gpu_check.LESSONS)
+
+
+def test_smoke_walks_every_section_and_never_reports_a_skip_as_a_pass(tmp_path):
+    """What `make test` runs of the check: every section at toy size on the CPU (gloo, 2 ranks),
+    one lesson (06 at ci; nbval runs all 13 under the placement check)."""
+    out = tmp_path / "smoke.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--smoke",
+                           "--lessons", "06", "--workers", "hello_all_reduce", "--out", str(out)],
+                          capture_output=True, text=True, timeout=400, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["results"]) == set(gpu_check.SECTIONS) and report["finished"] is True
+    rows = {name: row for _, name, row in gpu_check._rows(report)}
+    assert rows["workers:course_utils.experiments.data_parallel:hello_all_reduce"]["world_size"] == 2
+    assert rows["lessons:06_training_memory"]["status"] == "ok"
+    assert rows["script:script"]["status"] == "ok" and rows["benchmark:benchmark"]["status"] == "ok"
+    # lessons 00-05 are not run by the check: skipped, with why, and counted as such
+    skipped = report["skipped"]
+    assert {f"lessons:{p}" for p in gpu_check.NOT_CHECKED_LESSONS} <= set(skipped)
+    assert all(why for why in skipped.values())
+    assert report["counts"]["skipped"] == len(skipped) and report["complete"] is False
+    assert f"{len(skipped)} skipped (not passed" in proc.stdout
+
+
+def test_a_run_killed_mid_way_leaves_what_it_finished(tmp_path):
+    """The report is on disk before the first section and after each one: kill the check once the
+    workers section is written, during the memory section, and read what it left."""
+    import signal
+    import time
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--smoke",
+                             "--only", "workers,memory,benchmark", "--workers", "hello_all_reduce",
+                             "--out", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        report = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            if out.exists():
+                report = json.loads(out.read_text())
+                if "workers" in report.get("results", {}):
+                    break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the check finished before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    report = json.loads(out.read_text())
+    assert report["finished"] is False and report["complete"] is False
+    assert [r["status"] for r in report["results"]["workers"]] == ["ok"]
+    assert "benchmark" not in report["results"]

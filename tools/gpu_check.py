@@ -6,24 +6,35 @@ no network), with a JSON report.
     python tools/gpu_check.py --workers sharding   # only the workers whose name contains this
     python tools/gpu_check.py --dry-run       # anywhere: list what would run, write the plan
     python tools/gpu_check.py --smoke         # on a CPU: the same code paths at toy size (gloo)
+    python tools/gpu_check.py --smoke --lessons 10 --workers hello   # what `make test` runs
 
 Sections:
 - ``workers``:   every distributed worker in ``course_utils.experiments`` (found by signature:
-                 module-level ``fn(rank, world_size, ...)``), launched with NCCL at world size 1.
+                 module-level ``fn(rank, world_size, ...)``), launched with NCCL at world size =
+                 the number of GPUs (gloo, 2 ranks, under --smoke). With one GPU the workers that
+                 need two ranks (pipeline and ring point-to-point) are reported skipped: NCCL
+                 refuses two ranks on one GPU, so their sends run only under gloo in ``make test``.
 - ``script``:    ``torchrun -m course_utils.distributed.train`` on the GPU (NCCL): uninterrupted,
                  killed and restarted (``--max-restarts 1``), and FSDP2; the hashes are compared.
 - ``memory``:    ``course_utils.memory.transformer_memory`` against a TinyGPT training step's
                  ``torch.cuda.max_memory_allocated`` (and the ledger's activation bytes).
 - ``lessons``:   lessons 10, 06-09, 11 and 12 at gpu scale (papermill), with their headline
-                 figures; 10 first (it once crashed at gpu scale by reading alone).
+                 figures and seconds; 10 first (it once crashed at gpu scale by reading alone).
+                 Lessons 00-05 are reported skipped: their gpu presets download CIFAR-10/STL-10
+                 and train for tens of minutes (not this check's 10 minutes, nor its offline
+                 machine); every lesson's device placement is checked on the CPU by ``make test``
+                 (COURSE_CHECK_PLACEMENT=1, course_utils.distributed.device_check).
 - ``benchmark``: the gpu preset (benchmarks/gpu_simclr_cifar10.py) for a few epochs with the
                  embedded "shapes" data standing in for CIFAR-10 (the machine cannot download).
 
-Exit code: 0 when every check ran and passed, 1 when one failed or did not run for want of
-time, 2 when there is no GPU (without --dry-run/--smoke). Sections stop starting new work once
+Exit code: 0 when no check failed and none was left out for want of time, 1 otherwise, 2 when
+there is no GPU (without --dry-run/--smoke). A check that is skipped is reported as skipped, with
+why, never as passed: the report's ``skipped`` lists every one, and ``complete`` is true only
+when nothing was skipped. Sections stop starting new work once
 the time budget (--budget) is spent; what that leaves out is "skipped: time budget spent", which
-is not a pass (the report's ``complete`` says whether everything ran). The report is rewritten
-after every section, so a run killed at a time limit leaves what it finished.
+is not a pass (the report's ``complete`` says whether everything ran). The report is written
+before the first section and rewritten after every section and every lesson, so a run killed at
+a time limit leaves what it finished.
 """
 from __future__ import annotations
 
@@ -47,6 +58,9 @@ sys.path.insert(0, str(ROOT))
 
 SECTIONS = ("workers", "script", "memory", "lessons", "benchmark")
 LESSONS = ("10", "06", "07", "08", "09", "11", "12")
+NOT_CHECKED_LESSONS = {p: "gpu preset downloads CIFAR-10/STL-10 and trains for tens of minutes; "
+                          "placement checked on the CPU by make test"
+                       for p in ("00", "01", "02", "03", "04", "05")}
 BUDGET_SKIP = "time budget spent"
 # (layers, hidden, heads, vocab, seq, batch): TinyGPT shapes for the memory check
 MEMORY_CASES = {"gpu": [(4, 256, 4, 1024, 256, 8), (8, 512, 8, 4096, 512, 8)],
@@ -87,17 +101,18 @@ def _resolve(spec: str):
 
 
 # --------------------------------------------------------------------------- sections
-def check_workers(backend: str, deadline: float, match: str = "") -> list[dict]:
+def check_workers(backend: str, deadline: float, match: str = "", world_size: int = 1) -> list[dict]:
     from course_utils.distributed import launch
     rows, folders = [], {}
     for w in discover_workers():
         if match not in w["worker"]:
             continue
-        row = dict(w)
+        row = dict(w, world_size=world_size)
         if not w["runnable"]:
             row.update(status="skipped", why=f"needs arguments {w['needs']}")
-        elif w["min_world_size"] > 1:
-            row.update(status="skipped", why=f"needs {w['min_world_size']} ranks (min_world_size)")
+        elif w["min_world_size"] > world_size:
+            row.update(status="skipped", why=f"needs {w['min_world_size']} ranks, one GPU each "
+                       f"(NCCL refuses two ranks on one GPU); this machine gives {world_size}")
         elif time.monotonic() > deadline:
             row.update(status="skipped", why=BUDGET_SKIP)
         else:
@@ -106,7 +121,7 @@ def check_workers(backend: str, deadline: float, match: str = "") -> list[dict]:
             args = [folder for _ in w["needs"]]
             start = time.perf_counter()
             try:
-                result = launch(_resolve(w["worker"]), 1, *args, backend=backend, timeout=180)
+                result = launch(_resolve(w["worker"]), world_size, *args, backend=backend, timeout=180)
                 row.update(status="ok", summary=_summarise(result[0]))
             except Exception as err:  # noqa: BLE001 - record and go on
                 row.update(status="failed", error=_tail(err))
@@ -209,9 +224,11 @@ def check_memory(device: str, cases) -> list[dict]:
     return rows
 
 
-def check_lessons(scale: str, out_dir: Path, deadline: float, lessons=LESSONS) -> list[dict]:
+def check_lessons(scale: str, out_dir: Path, deadline: float, lessons=LESSONS,
+                  progress=lambda rows: None) -> list[dict]:
     import papermill as pm
-    rows = []
+    rows = [{"lesson": p, "scale": scale, "status": "skipped", "why": why}
+            for p, why in NOT_CHECKED_LESSONS.items()]
     for prefix in lessons:
         nb = next((ROOT / "notebooks").glob(f"{prefix}_*.ipynb"))
         row = {"lesson": nb.stem, "scale": scale}
@@ -236,6 +253,7 @@ def check_lessons(scale: str, out_dir: Path, deadline: float, lessons=LESSONS) -
             row["headline"] = json.loads(headline_file.read_text())
         rows.append(row)
         print(f"  lesson {nb.stem}: {row['status']} ({row['seconds']} s)", flush=True)
+        progress(rows)
     return rows
 
 
@@ -285,7 +303,9 @@ def plan(args) -> dict:
             "script": "torchrun --standalone --nproc_per_node N -m course_utils.distributed.train: "
                       "uninterrupted, killed and restarted (--max-restarts 1), --strategy fsdp",
             "memory": MEMORY_CASES["smoke" if args.smoke else "gpu"],
-            "lessons": [f"{p} at scale {'ci' if args.smoke else 'gpu'}" for p in LESSONS],
+            "lessons": [f"{p} at scale {'ci' if args.smoke else 'gpu'}"
+                        for p in args.lessons.split(",") if p.strip()]
+                       + [f"{p}: skipped ({why})" for p, why in NOT_CHECKED_LESSONS.items()],
             "benchmark": "benchmarks/gpu_simclr_cifar10.py run() with dataset='shapes'"}
 
 
@@ -296,6 +316,8 @@ def main(argv=None) -> int:
     p.add_argument("--dry-run", action="store_true", help="list the checks and write the plan; run nothing")
     p.add_argument("--smoke", action="store_true", help="run on the CPU at toy size (gloo, ci scale)")
     p.add_argument("--workers", default="", help="only workers whose module:name contains this")
+    p.add_argument("--lessons", default=",".join(LESSONS),
+                   help=f"comma-separated lesson prefixes, in the order to run (default {','.join(LESSONS)})")
     p.add_argument("--budget", type=float, default=540, help="seconds before sections stop starting work")
     p.add_argument("--out", type=Path, default=ROOT / "build" / "gpu_check.json")
     args = p.parse_args(argv)
@@ -303,6 +325,10 @@ def main(argv=None) -> int:
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         p.error(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    lessons = [x.strip() for x in args.lessons.split(",") if x.strip()]
+    if set(lessons) - set(LESSONS):
+        p.error(f"--lessons: {sorted(set(lessons) - set(LESSONS))} not checked here; choose from "
+                f"{', '.join(LESSONS)} (00-05: {NOT_CHECKED_LESSONS['00']})")
 
     import torch
     report = {"started": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -330,8 +356,12 @@ def main(argv=None) -> int:
                       finished=False)
         _write(report, args.out, ok=ok, quiet=True)
 
+    report["plan"] = plan(args)
+    progress()  # on disk before anything runs: a kill at any point leaves a report
+    world_size = 2 if args.smoke else torch.cuda.device_count()
+
     if "workers" in sections:
-        results["workers"] = check_workers(backend, deadline, args.workers)
+        results["workers"] = check_workers(backend, deadline, args.workers, world_size)
         ok &= all(r["status"] != "failed" and r.get("why") != BUDGET_SKIP
                   for r in results["workers"])
         progress()
@@ -344,8 +374,12 @@ def main(argv=None) -> int:
         ok &= all(r["status"] != "failed" for r in results["memory"])
         progress()
     if "lessons" in sections:
-        results["lessons"] = check_lessons("ci" if args.smoke else "gpu", out_dir, deadline)
-        ok &= all(r["status"] == "ok" for r in results["lessons"])
+        def lesson_progress(rows) -> None:
+            results["lessons"] = rows
+            progress()
+        results["lessons"] = check_lessons("ci" if args.smoke else "gpu", out_dir, deadline,
+                                           lessons, lesson_progress)
+        ok &= all(r["status"] != "failed" for r in results["lessons"])
         progress()
     if "benchmark" in sections:
         minutes = min(1.0 if args.smoke else 2.0, (deadline - time.monotonic()) / 60)
@@ -361,30 +395,36 @@ def main(argv=None) -> int:
     return _write(report, args.out, ok=ok)
 
 
-def _budget_skips(report: dict) -> list[str]:
-    """What did not run because the time budget was spent."""
-    out = []
+def _rows(report: dict):
+    """(section, name, row) for every check in the report."""
     for section, value in report.get("results", {}).items():
         for row in value if isinstance(value, list) else [value]:
-            if isinstance(row, dict) and row.get("why") == BUDGET_SKIP:
-                out.append(f"{section}:{row.get('worker') or row.get('lesson') or section}")
-    return out
+            if isinstance(row, dict):
+                yield section, f"{section}:{row.get('worker') or row.get('lesson') or section}", row
 
 
 def _write(report: dict, out: Path, ok: bool, quiet: bool = False) -> int:
-    skipped = _budget_skips(report)
+    rows = list(_rows(report))
+    skipped = {name: row.get("why", "") for _, name, row in rows if row.get("status") == "skipped"}
+    for_time = [name for name, why in skipped.items() if why == BUDGET_SKIP]
+    report["counts"] = {status: sum(row.get("status") == status for _, _, row in rows)
+                        for status in ("ok", "failed", "skipped", "reported")}
+    report["skipped"] = skipped            # every skip, with why: a skip is never a pass
+    report["skipped_for_time"] = for_time
     report["complete"] = not skipped and report.get("finished", True)
-    report["skipped_for_time"] = skipped
-    report["ok"] = bool(ok) and not skipped
+    report["ok"] = bool(ok) and not for_time
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(report, indent=1, default=str))
     os.replace(tmp, out)
     if not quiet:
-        verdict = "all checks passed" if report["ok"] else \
-            f"INCOMPLETE: {len(skipped)} check(s) did not run for want of time" if ok else \
-            "SOME CHECKS FAILED"
-        print(f"gpu_check: {verdict}; report in {out}")
+        counts = report["counts"]
+        verdict = ("no check failed" if report["ok"] else
+                   f"INCOMPLETE: {len(for_time)} check(s) did not run for want of time" if ok else
+                   "SOME CHECKS FAILED")
+        print(f"gpu_check: {verdict}: {counts['ok']} passed, {counts['failed']} failed, "
+              f"{counts['skipped']} skipped (not passed; the report's 'skipped' says why), "
+              f"{counts['reported']} reported without a verdict; report in {out}")
     return 0 if report["ok"] else 1
 
 

@@ -10,7 +10,9 @@
 - ``context_parallel`` ring attention: a sequence split across ranks, online softmax, zig-zag split
 - ``tensor_parallel`` Megatron column-then-row MLP
 - ``torchrun_entry``  any worker under ``torchrun --nproc_per_node N`` (one backend per node)
-- ``device_check``    ``placement_checked``: a worker run with host/device placement simulated on CPU
+- ``devices``         ``default_backend`` and ``worker_device``: which backend, which device a rank uses
+- ``device_check``    host/device placement simulated on the CPU: ``placement_checked`` for a worker,
+                      ``watch_placement`` for a lesson (``COURSE_CHECK_PLACEMENT=1``, set by make test)
 - ``train``           the complete training script: ``torchrun --nproc_per_node N -m
                       course_utils.distributed.train`` (DDP or FSDP2, resumes, ``params sha256:``)
 

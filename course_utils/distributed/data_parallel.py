@@ -25,7 +25,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from course_utils.distributed.collectives import all_gather_with_grad, all_reduce_with_grad
-from course_utils.distributed.launcher import worker_device
+from course_utils.distributed.devices import worker_device
 from course_utils.ledger.measured import storage_key
 from course_utils.objectives.simclr import nt_xent_loss
 

@@ -37,6 +37,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from course_utils import checks
+from course_utils.distributed import device_check
+from course_utils.distributed.devices import default_backend, worker_device  # noqa: F401 (re-exported)
 
 BACKENDS = (None, "gloo", "nccl")
 
@@ -47,20 +49,6 @@ class WorkerError(RuntimeError):
     def __init__(self, rank: int, message: str):
         super().__init__(message)
         self.rank = rank
-
-
-def default_backend(world_size: int) -> str:
-    """NCCL when CUDA can give every rank its own GPU, else gloo (CPU)."""
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
-        return "nccl"
-    return "gloo"
-
-
-def worker_device() -> torch.device:
-    """The device this rank computes on: its own GPU under NCCL, the CPU under gloo."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def free_port() -> int:
@@ -111,7 +99,8 @@ def _install_stack_dump(path: str) -> None:
         faulthandler.register(signal.SIGUSR1, file=handle, all_threads=True)
 
 
-def _run_rank(rank, world_size, fn, args, backend, port, timeout, stack_path, results):
+def _run_rank(rank, world_size, fn, args, backend, port, timeout, stack_path, results,
+              check_placement=False):
     """Body of one spawned rank: join the group, run fn, send back ('ok'|'error', rank, payload)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
@@ -122,6 +111,8 @@ def _run_rank(rank, world_size, fn, args, backend, port, timeout, stack_path, re
             torch.cuda.set_device(rank % torch.cuda.device_count())
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world_size, timeout=datetime.timedelta(seconds=timeout))
+        if check_placement:  # the parent asked for device bugs to raise here (device_check)
+            device_check.watch_placement()
         value = to_cpu(fn(rank, world_size, *args))
         buffer = io.BytesIO()
         torch.save(value, buffer)
@@ -229,7 +220,8 @@ def launch(fn, world_size: int, *args, backend: str | None = None, timeout: floa
         for rank in range(world_size):
             p = ctx.Process(target=_run_rank, daemon=True, name=f"rank{rank}",
                             args=(rank, world_size, fn, args, backend, port, timeout,
-                                  str(stack_dir / f"rank{rank}.stack"), results))
+                                  str(stack_dir / f"rank{rank}.stack"), results,
+                                  device_check.requested()))
             p.start()
             processes.append(p)
     finally:

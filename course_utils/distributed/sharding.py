@@ -28,7 +28,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from course_utils import checks
 from course_utils.distributed.comm_count import allreduce_mean_hook
 from course_utils.distributed.data_parallel import wrap_ddp
-from course_utils.distributed.launcher import worker_device
+from course_utils.distributed.devices import worker_device
 from course_utils.optim import OPTIMIZERS, make_optimizer
 
 try:  # torch >= 2.6 public path; 2.4-2.5 kept FSDP2 under _composable

@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from course_utils.distributed.launcher import default_backend, to_cpu
+from course_utils.distributed.devices import default_backend
+from course_utils.distributed.launcher import to_cpu
 
 
 def resolve(spec: str):

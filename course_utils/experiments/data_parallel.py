@@ -26,7 +26,7 @@ from course_utils.distributed.comm_count import allreduce_mean_hook
 from course_utils.distributed.data_parallel import (average_gradients,
                                                     nt_xent_local_with_global_negatives,
                                                     synced_batch_norm, wrap_ddp)
-from course_utils.distributed.launcher import worker_device
+from course_utils.distributed.devices import worker_device
 from course_utils.experiments.toys import (flat_grads, flat_params, global_batch, make_mlp, noisy_views,
                                            settings, shard)
 from course_utils.ledger import measure

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from course_utils.distributed.data_parallel import average_gradients, nt_xent_local_with_global_negatives
-from course_utils.distributed.launcher import worker_device
+from course_utils.distributed.devices import worker_device
 from course_utils.experiments.toys import flat_grads, make_mlp, noisy_views, settings, shard
 from course_utils.objectives.gradient_cache import gradient_cache_backward
 from course_utils.objectives.simclr import nt_xent_loss

@@ -25,7 +25,7 @@ from course_utils import checks
 from course_utils.distributed.comm_count import CollectiveCounter
 from course_utils.distributed.context_parallel import (Ring, ring_attention, ring_bytes_per_step,
                                                        score_blocks, split_sequence)
-from course_utils.distributed.launcher import worker_device
+from course_utils.distributed.devices import worker_device
 from course_utils.distributed.pipeline import stage_slice
 from course_utils.distributed.pipeline_trace import StageTrace
 from course_utils.distributed.tensor_parallel import ColumnRowMLP

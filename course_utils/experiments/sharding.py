@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from course_utils.distributed.comm_count import state_bytes
 from course_utils.distributed.data_parallel import grad_storages
-from course_utils.distributed.launcher import worker_device
+from course_utils.distributed.devices import worker_device
 from course_utils.distributed.sharding import (STRATEGIES, full_params, local_param_bytes,
                                                local_shards, parallelize)
 from course_utils.experiments.toys import global_batch, make_stack, settings, shard

@@ -24,7 +24,8 @@ from typing import Callable
 import pytest
 
 # first started, first needed: the class grading run is the longest
-LANE = ("test_grading_sandbox", "test_assignments", "test_distributed_train", "test_wheel")
+LANE = ("test_grading_sandbox", "test_assignments", "test_distributed_train", "test_wheel",
+        "test_gpu_check")
 
 _RUNS = pytest.StashKey[dict]()
 _PROCESSES: list[subprocess.Popen] = []

@@ -1,5 +1,5 @@
-"""tools/gpu_check.py on a machine without a GPU: a clear refusal, a plan, and a CPU smoke run of
-the training-script section."""
+"""tools/gpu_check.py on a machine without a GPU: a clear refusal, a plan, skips that are never
+passes, a smoke run of every section (in the background lane) and a run killed mid-way."""
 import json
 import subprocess
 import sys
@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+import background
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -69,15 +71,33 @@ def test_lesson_10_runs_first_and_11_12_are_checked():
     assert gpu_check.LESSONS[0] == "10" and {"11", "12"} <= set(gpu_check.LESSONS)
 
 
-def test_smoke_walks_every_section_and_never_reports_a_skip_as_a_pass(tmp_path):
-    """What `make test` runs of the check: every section at toy size on the CPU (gloo, 2 ranks),
-    one lesson (06 at ci; nbval runs all 13 under the placement check)."""
-    out = tmp_path / "smoke.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--smoke",
-                           "--lessons", "06", "--workers", "hello_all_reduce", "--out", str(out)],
-                          capture_output=True, text=True, timeout=400, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    report = json.loads(out.read_text())
+SMOKE = ["--smoke", "--lessons", "06", "--workers", "hello_all_reduce"]
+
+
+def start_in_background(tmp: Path):
+    """The smoke run `make test` makes of the check, in the background lane (tests/background.py):
+    every section at toy size on the CPU (gloo, 2 ranks), one lesson (06 at ci; nbval runs all 13
+    under the placement check)."""
+    def smoke() -> dict:
+        out = tmp / "smoke.json"
+        proc = background.popen([sys.executable, str(ROOT / "tools" / "gpu_check.py"), *SMOKE,
+                                 "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        stdout, stderr = proc.communicate(timeout=400)
+        return dict(returncode=proc.returncode, stdout=stdout, stderr=stderr,
+                    report=json.loads(out.read_text()) if out.exists() else None)
+    return smoke
+
+
+@pytest.fixture(scope="module")
+def smoke(request, tmp_path_factory) -> dict:
+    return background.result(request, __name__,
+                             lambda: start_in_background(tmp_path_factory.mktemp("gpu_check")))
+
+
+def test_smoke_walks_every_section_and_never_reports_a_skip_as_a_pass(smoke):
+    assert smoke["returncode"] == 0, smoke["stdout"][-2000:] + smoke["stderr"][-3000:]
+    report = smoke["report"]
     assert set(report["results"]) == set(gpu_check.SECTIONS) and report["finished"] is True
     rows = {name: row for _, name, row in gpu_check._rows(report)}
     assert rows["workers:course_utils.experiments.data_parallel:hello_all_reduce"]["world_size"] == 2
@@ -88,7 +108,7 @@ def test_smoke_walks_every_section_and_never_reports_a_skip_as_a_pass(tmp_path):
     assert {f"lessons:{p}" for p in gpu_check.NOT_CHECKED_LESSONS} <= set(skipped)
     assert all(why for why in skipped.values())
     assert report["counts"]["skipped"] == len(skipped) and report["complete"] is False
-    assert f"{len(skipped)} skipped (not passed" in proc.stdout
+    assert f"{len(skipped)} skipped (not passed" in smoke["stdout"]
 
 
 def test_a_run_killed_mid_way_leaves_what_it_finished(tmp_path):

@@ -15,7 +15,8 @@ $(STAMP): $(PY) pyproject.toml
 	touch $(STAMP)
 
 ## make course: execute every notebook at its teaching scale into build/ and print headline figures
-## (NB="00 03": only those; JOBS=1: one lesson at a time, default two at once on a CPU machine)
+## (NB="00 03": only those; JOBS=1: one lesson at a time, default two at once on a CPU machine;
+## NB=--plan: run nothing, print each lesson's times and its gpu time predicted on a T4)
 course: $(STAMP)
 	$(PY) tools/run_course.py --scale $${COURSE_SCALE:-default} $(if $(JOBS),--jobs $(JOBS)) $(NB)
 

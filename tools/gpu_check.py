@@ -19,7 +19,8 @@ Sections:
 - ``memory``:    ``course_utils.memory.transformer_memory`` against a TinyGPT training step's
                  ``torch.cuda.max_memory_allocated`` (and the ledger's activation bytes).
 - ``lessons``:   lessons 10, 06-09, 11 and 12 at gpu scale (papermill), with their headline
-                 figures and seconds; 10 first (it once crashed at gpu scale by reading alone).
+                 figures, seconds and tools/gpu_budget.py's predicted T4 seconds; 10 first (it
+                 once crashed at gpu scale by reading alone).
                  Lessons 00-05 are reported skipped: their gpu presets download CIFAR-10/STL-10
                  and train for tens of minutes (not this check's 10 minutes, nor its offline
                  machine); every lesson's device placement is checked on the CPU by ``make test``
@@ -55,6 +56,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 
 SECTIONS = ("workers", "script", "memory", "lessons", "benchmark")
 LESSONS = ("10", "06", "07", "08", "09", "11", "12")
@@ -249,6 +251,8 @@ def check_lessons(scale: str, out_dir: Path, deadline: float, lessons=LESSONS,
         except Exception as err:  # noqa: BLE001
             row.update(status="failed", error=_tail(err))
         row["seconds"] = round(time.perf_counter() - start, 1)
+        if scale == "gpu":
+            row.update(_predicted(nb.stem, row["seconds"]))
         if headline_file.exists():
             row["headline"] = json.loads(headline_file.read_text())
         rows.append(row)
@@ -274,6 +278,18 @@ def check_benchmark(device_name: str, epochs: int, minutes: float, smoke: bool) 
     out["seconds"] = round(time.perf_counter() - start, 1)
     print(f"  benchmark: {out['status']}", flush=True)
     return out
+
+
+def _predicted(lesson: str, seconds: float) -> dict:
+    """tools/gpu_budget.py's prediction for a T4 beside the time measured here (the lesson's
+    FLOPs too, so that this GPU's achieved rate can be read off)."""
+    try:
+        import gpu_budget
+        p = gpu_budget.predict(lesson, gpu_budget.measured_times())
+    except Exception as err:  # noqa: BLE001 - a report, not a verdict
+        return {"predicted": f"not available: {_tail(err, 300)}"}
+    return {"predicted_t4_seconds": p["gpu_seconds"], "predicted_basis": p["basis"],
+            "gpu_flops": p["gpu_flops"], "measured_over_predicted_t4": round(seconds / p["gpu_seconds"], 3)}
 
 
 # --------------------------------------------------------------------------- helpers

@@ -221,6 +221,13 @@ if __name__ == "__main__":
     p.add_argument("--scale", default="default", choices=["ci", "default", "gpu"])
     p.add_argument("--jobs", type=int, default=None,
                    help="lessons run at once (default: 2 on a CPU machine with 2+ cores, 1 at gpu scale)")
+    p.add_argument("--plan", action="store_true",
+                   help="run nothing: print each lesson's measured ci/default time and its gpu time "
+                        "predicted on a T4 (tools/gpu_budget.py)")
     p.add_argument("only", nargs="*", help="notebook prefixes to run, e.g. 01 04 (default: all)")
     args = p.parse_args()
+    if args.plan:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import gpu_budget
+        sys.exit(gpu_budget.main([]))
     sys.exit(run(args.scale, args.only, args.jobs))

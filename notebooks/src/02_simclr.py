@@ -72,15 +72,16 @@ cfg = config(
                  gc_sweep=[64, 256, 1024], gc_budget_mb=32,
                  train_limit=5000, probe_train=2000, probe_test=1000,
                  dataset="shapes"),
-    gpu=dict(image_size=32, width=64, blocks=(2, 2, 2, 2),  # CIFAR ResNet-18
-             batch=512, steps=3000, ablation_steps=1000, lr=2e-3,
+    # gpu: a half-width CIFAR ResNet-18, sized by tools/gpu_budget.py to fit 15 minutes on a T4
+    gpu=dict(image_size=32, width=32, blocks=(2, 2, 2, 2),
+             batch=256, steps=2000, ablation_steps=300, lr=2e-3,
              temperature=0.2, temperatures=(0.2, 1.0),
              crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False, accumulation=4,
              seeds=3, calibration_images=10000,
              min_probe_gain=0.15, min_shortcut_loss_gap=None, colour_probe_gap_over_spread=None,
              temperature_seeds=3, temperature_verdict=None,
-             ledger_batches=[64, 128, 256, 512], gc_batch=512, gc_chunk=64, gc_tile=256,
-             gc_sweep=[256, 1024, 4096], gc_budget_mb=1024,
+             ledger_batches=[32, 64, 128, 256], gc_batch=256, gc_chunk=64, gc_tile=256,
+             gc_sweep=[128, 256, 512], gc_budget_mb=1024,
              train_limit=None, probe_train=10000, probe_test=10000,
              dataset="cifar10"),
 )

@@ -64,7 +64,8 @@ cfg = config(
                  shuffle_loss_gap_max=0.05, shuffle_probe_gap_max=0.03, fingerprint_max=0.02,
                  loss_climb_tol=0.5,
                  train_limit=5000, probe_train=2000, probe_test=1000, dataset="shapes"),
-    gpu=dict(image_size=32, width=64, blocks=(2, 2, 2, 2),  # CIFAR ResNet-18
+    # gpu: a half-width CIFAR ResNet-18, sized by tools/gpu_budget.py to fit 15 minutes on a T4
+    gpu=dict(image_size=32, width=32, blocks=(2, 2, 2, 2),
              batch=256, queue=16384, dim=128, steps=3000, stale_steps=100, probe_every=500,
              sweep_queues=(4096, 16384, 65536), sweep_steps=1000,
              lr=2e-3, temperature=0.2, crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False,

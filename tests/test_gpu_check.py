@@ -101,7 +101,10 @@ def test_smoke_walks_every_section_and_never_reports_a_skip_as_a_pass(smoke):
     assert set(report["results"]) == set(gpu_check.SECTIONS) and report["finished"] is True
     rows = {name: row for _, name, row in gpu_check._rows(report)}
     assert rows["workers:course_utils.experiments.data_parallel:hello_all_reduce"]["world_size"] == 2
-    assert rows["lessons:06_training_memory"]["status"] == "ok"
+    lesson = rows["lessons:06_training_memory"]
+    assert lesson["status"] == "ok" and lesson["seconds"] > 0
+    # the appended cell ran in the lesson's kernel and wrote its CUDA peak: none on a CPU
+    assert "max_memory_allocated_bytes" in lesson and lesson["max_memory_allocated_bytes"] is None
     assert rows["script:script"]["status"] == "ok" and rows["benchmark:benchmark"]["status"] == "ok"
     # lessons 00-05 are not run by the check: skipped, with why, and counted as such
     skipped = report["skipped"]

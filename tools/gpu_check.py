@@ -19,7 +19,8 @@ Sections:
 - ``memory``:    ``course_utils.memory.transformer_memory`` against a TinyGPT training step's
                  ``torch.cuda.max_memory_allocated`` (and the ledger's activation bytes).
 - ``lessons``:   lessons 10, 06-09, 11 and 12 at gpu scale (papermill), with their headline
-                 figures, seconds and tools/gpu_budget.py's predicted T4 seconds; 10 first (it
+                 figures, seconds, CUDA peak memory and tools/gpu_budget.py's predicted T4
+                 seconds; 10 first (it
                  once crashed at gpu scale by reading alone).
                  Lessons 00-05 are reported skipped: their gpu presets download CIFAR-10/STL-10
                  and train for tens of minutes (not this check's 10 minutes, nor its offline
@@ -242,15 +243,19 @@ def check_lessons(scale: str, out_dir: Path, deadline: float, lessons=LESSONS,
         headline_file.parent.mkdir(parents=True, exist_ok=True)
         headline_file.unlink(missing_ok=True)
         os.environ["COURSE_HEADLINE_FILE"] = str(headline_file)
+        peak_file = out_dir / "peaks" / f"{nb.stem}.json"
+        source = _with_peak_cell(nb, peak_file, out_dir / "inputs")
         start = time.perf_counter()
         try:
-            pm.execute_notebook(str(nb), str(out_dir / nb.name), parameters={"SCALE": scale},
+            pm.execute_notebook(str(source), str(out_dir / nb.name), parameters={"SCALE": scale},
                                 cwd=str(nb.parent), kernel_name="python3", progress_bar=False,
                                 execution_timeout=max(int(deadline - time.monotonic()), 30))
             row["status"] = "ok"
         except Exception as err:  # noqa: BLE001
             row.update(status="failed", error=_tail(err))
         row["seconds"] = round(time.perf_counter() - start, 1)
+        if peak_file.exists():
+            row["max_memory_allocated_bytes"] = json.loads(peak_file.read_text())["max_memory_allocated"]
         if scale == "gpu":
             row.update(_predicted(nb.stem, row["seconds"]))
         if headline_file.exists():
@@ -278,6 +283,28 @@ def check_benchmark(device_name: str, epochs: int, minutes: float, smoke: bool) 
     out["seconds"] = round(time.perf_counter() - start, 1)
     print(f"  benchmark: {out['status']}", flush=True)
     return out
+
+
+PEAK_CELL = """# added by tools/gpu_check.py: the lesson's CUDA peak (None on a CPU)
+import json as _json, torch as _torch
+with open({path!r}, "w") as _f:
+    _json.dump({{"max_memory_allocated": _torch.cuda.max_memory_allocated()
+               if _torch.cuda.is_available() and _torch.cuda.is_initialized() else None}}, _f)
+"""
+
+
+def _with_peak_cell(nb: Path, peak_file: Path, folder: Path) -> Path:
+    """A copy of the lesson with one last cell that writes its CUDA peak to ``peak_file`` (the
+    lesson runs in a kernel of its own, whose memory statistics this process cannot read)."""
+    import nbformat
+    notebook = nbformat.read(nb, as_version=4)
+    peak_file.parent.mkdir(parents=True, exist_ok=True)
+    peak_file.unlink(missing_ok=True)
+    notebook.cells.append(nbformat.v4.new_code_cell(PEAK_CELL.format(path=str(peak_file))))
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / nb.name
+    nbformat.write(notebook, copy)
+    return copy
 
 
 def _predicted(lesson: str, seconds: float) -> dict:

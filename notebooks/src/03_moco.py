@@ -100,9 +100,12 @@ def build_moco(momentum=0.99, queue=cfg.queue, shuffle_keys=True, seed=cfg.seed)
 # ## The problem
 #
 # Contrastive learning wants many candidates; in SimCLR each one is an image whose two views are
-# encoded and kept for backward, so the number of negatives is capped by activation memory. But a
-# negative only has to be *compared against* — it needs no gradient. Could yesterday's encodings
-# serve? Only if they are still comparable with today's queries.
+# encoded and kept for backward, so the number of negatives is capped by activation memory. In
+# SimCLR every negative also gets a gradient (the loss pushes it away from the anchor, and that
+# gradient flows into its encoder). MoCo gives that up by design: a negative is only *compared
+# against*, with no gradient into whatever encoded it, which is why its encoder must be kept
+# close to the trained one some other way (the momentum update below). Could yesterday's
+# encodings serve as negatives, then? Only if they are still comparable with today's queries.
 
 # %% [markdown]
 # ## The mechanism

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from course_utils import batch_size as bs
+from course_utils.compare import NOT_RESOLVED, compare_paired
 from course_utils.data import load_dataset
 from course_utils.exercises import check_close, check_equal
 from course_utils.augment import SimCLRAugment
@@ -645,8 +646,10 @@ goyal_late = {name: np.array([np.mean(c[goyal_last_quarter]) for c in curves]) f
 plot_loss_curves(goyal_curves, f"B = {goyal_batch}, linear LR {goyal_lr:.3g}, {len(cfg.goyal_seeds)} seeds per arm",
                  warmup_end=goyal_warmup_steps)
 no_warm, with_warm = goyal_late["no warm-up"], goyal_late[f"warm-up {goyal_warmup_steps} steps"]
+# the kit's one rule for comparing trained arms (course_utils.compare): paired seeds, ± 2 SE
+goyal_comparison = compare_paired(with_warm, no_warm, names=("warm-up", "no warm-up"))
 goyal_diff = with_warm - no_warm                      # per seed, paired: < 0 means warm-up ended better
-goyal_tolerance = 2 * goyal_diff.std(ddof=1) / math.sqrt(len(goyal_diff))  # twice the standard error
+goyal_tolerance = goyal_comparison.z * goyal_comparison.standard_error
 goyal_reach = {name: [int(np.argmax(c <= cfg.target)) + 1 if (c <= cfg.target).any() else None for c in curves]
                for name, curves in goyal_curves.items()}
 show_table([dict(seed=seed, late_no_warmup=none, late_warmup=ramp, warmup_minus_none=ramp - none,
@@ -661,7 +664,7 @@ goyal_rebounds = [np.nanmax(curve[reached:]) > cfg.target for name, curves in go
 print(f"runs whose loss rises above the target again after reaching it: {sum(goyal_rebounds)} of {len(goyal_rebounds)}")
 goyal_tuned_lr = next((r["lr"] for r in sweep if r["batch"] == goyal_batch), None)
 print(f"the sweep's best LR at B = {goyal_batch}: {goyal_tuned_lr} (the linear rule gives {goyal_lr:.3g})")
-goyal_interval = (goyal_diff.mean() - goyal_tolerance, goyal_diff.mean() + goyal_tolerance)
+goyal_interval = goyal_comparison.interval
 print(f"warm-up minus none, ± 2 SE: [{goyal_interval[0]:+.3f}, {goyal_interval[1]:+.3f}], i.e. from "
       f"{goyal_interval[0] / no_warm.mean():+.0%} to {goyal_interval[1] / no_warm.mean():+.0%} of the no-warm-up "
       f"late loss; warm-up ended lower in {int((goyal_diff < 0).sum())} of {len(goyal_diff)} seeds")
@@ -700,7 +703,8 @@ if SCALE != "ci":
     assert probe_rebounds, "the probe run must rebound too, or the rebounds may be the linear LR's after all"
     # a null result: it fails only where the seeds agree on an effect (|mean| ≥ 2 SE), and passing it
     # says "not resolved", not "no effect" (the printed interval is the claim)
-    assert abs(goyal_diff.mean()) < goyal_tolerance, "warm-up's effect on the late loss is resolved after all: say which way"
+    assert goyal_comparison.verdict == NOT_RESOLVED, \
+        f"warm-up's effect on the late loss is resolved after all ({goyal_comparison.verdict}): say which way"
 
 # %% [markdown]
 # **Claim 6 — accumulation keeps the batch, so it keeps the LR.** The course's training-practice

@@ -276,11 +276,14 @@ show_table([
 # K = 65536 keys of d = 128, counted on the meta device (no memory, no arithmetic)
 import torchvision
 with torch.device("meta"):
-    paper_key_bytes = 4 * count_parameters(torchvision.models.resnet50(num_classes=128))
+    paper_key_bytes = 4 * count_parameters(torchvision.models.resnet50(num_classes=128))   # v1: linear head
+    # v2: the MLP head 2048-2048-128 puts one 2048-wide hidden layer before the same output layer
+    paper_key_bytes_v2 = paper_key_bytes + 4 * count_parameters(torch.nn.Linear(2048, 2048))
 paper_queue_bytes = 65536 * 128 * 4
 print(f"Here the key-encoder copy is {key_bytes / 1e6:.2f} MB against {queue_bytes / 1e6:.2f} MB "
       f"of queued keys (keys only, without bookkeeping; {key_bytes / queue_bytes:.1f}x); at the paper's scale {paper_key_bytes / 1e6:.0f} MB "
-      f"against {paper_queue_bytes / 1e6:.1f} MB ({paper_key_bytes / paper_queue_bytes:.1f}x).")
+      f"against {paper_queue_bytes / 1e6:.1f} MB ({paper_key_bytes / paper_queue_bytes:.1f}x with MoCo v1's linear head, "
+      f"{paper_key_bytes_v2 / paper_queue_bytes:.1f}x with v2's MLP head).")
 print(f"Giving every anchor K={cfg.queue} negatives in-batch would keep {simclr_for_k / 1e6:.1f} MB "
       f"for backward; the queue's cache line alone is {rec_moco.cache_bytes / 1e6:.3f} MB, {in_batch_vs_queue:.0f}x "
       f"less. That compares SimCLR's whole activations with MoCo's cache only: per negative, one view's "
@@ -301,7 +304,8 @@ assert key_bytes == query_bytes and rec_moco.param_bytes == query_bytes + key_by
 assert rec_moco.grad_bytes == query_bytes and rec_moco.optimizer_bytes == 2 * query_bytes
 # measurements:
 assert key_bytes > queue_bytes, "in this configuration the key-encoder copy outweighs the queue"
-assert 2.5 < paper_key_bytes / paper_queue_bytes < 3.2, "paper scale: a ResNet-50 copy ~3x the queue"
+assert all(2.5 < b / paper_queue_bytes < 3.5 for b in (paper_key_bytes, paper_key_bytes_v2)), \
+    "paper scale: a ResNet-50 copy (v1 or v2 head) about 3x the queue"
 assert in_batch_vs_queue > 100, "K in-batch negatives cost over two orders of magnitude more than K keys"
 assert rec_moco.encoded["key encoder images"] == cfg.batch  # keys: encoded, never back-propagated
 
@@ -572,9 +576,9 @@ print(f"Per extra key a MoCo step keeps {act_per_key:.0f} B for backward (4·(B 
       f"{simclr_per_image / 2 / 1e3:.1f} kB for an in-batch view, {per_negative_ratio:.0f}x (the cache-only ratio "
       f"above was {in_batch_vs_queue:.0f}x). Whole step at K={cfg.queue}: SimCLR's {simclr_for_k / 1e6:.1f} MB against "
       f"MoCo's activations plus cache, {(rec_moco.activation_bytes + rec_moco.cache_bytes) / 1e6:.1f} MB: {whole_step_ratio:.1f}x.")
-if cfg.sweep_claims is not None:
-    print("Asserted below: linear probe falling with K "
-          "by more than 1 point per step of the sweep; kNN at the largest K more than 3 points below the smallest.")
+print(f"The probes above are one seed per K, and the arms differ in more than K: the queue starts "
+      f"random and a random key survives K/B steps ({', '.join(f'{K // cfg.batch}' for K in sweep_probes)} of "
+      f"{cfg.sweep_steps}). Accuracy against K: not resolved at this scale (no direction is claimed).")
 
 
 # %%
@@ -590,10 +594,6 @@ assert whole_step_ratio > 1, "whole step: SimCLR for K negatives keeps more than
 if cfg.sweep_claims is not None:    # what this budget shows, and what it does not
     # with K/B = 8 at the default scale (CI's K/B = 4 gives a smaller whole-step ratio)
     assert whole_step_ratio > 5, "whole step: SimCLR for K negatives keeps several times MoCo's activations plus cache"
-    lin = [sweep_probes[K] for K in sorted(sweep_probes)]
-    knn = [row[f"kNN @ {cfg.sweep_steps}"] for row in sorted(sweep_rows, key=lambda r: r["K"])]
-    assert all(a - b > 0.01 for a, b in zip(lin, lin[1:])), "at this budget, larger K is worse (linear probe)"
-    assert knn[0] - knn[-1] > 0.03, "at this budget, the largest K is worse on kNN too"
 
 
 # %% [markdown]
@@ -609,13 +609,15 @@ if cfg.sweep_claims is not None:    # what this budget shows, and what it does n
 # figure of the ledger cell to the per-negative figure printed after the sweep, still over a
 # hundred; over the whole step the saving is the smaller whole-step ratio printed there.
 #
-# What this budget shows about accuracy, said plainly: **at this budget, larger K is worse (one
-# seed).** After `sweep_steps` steps both probes fall as K grows (figures printed above; the
-# assert checks the linear probe falls at every step of the sweep and the kNN probe from the
-# smallest to the largest K). The paper's gain from a larger dictionary appears over hundreds of
-# ImageNet epochs with a ResNet-50; we do not reproduce it here. A hypothesis, not measured here:
-# early in training a larger queue mostly holds more keys of a nearly random encoder, and its
-# keys are older (K/B steps).
+# What this budget shows about accuracy, said plainly: **nothing resolved.** The probes after
+# `sweep_steps` steps are printed, one seed per K, and one seed is not enough: rerunning one arm
+# with another seed moves its probe by several points, about as much as the arms differ. The arms
+# also differ in more than K: the queue starts filled with random keys, and a key leaves only
+# after K/B steps, so the largest K trains its first steps against more random negatives (the
+# steps are printed). A claim about K would need at least three paired seeds per arm and a queue
+# filled before the comparison starts; at this budget that does not fit the lesson's four
+# minutes, so none is made. The paper's gain from a larger dictionary appears over hundreds of
+# ImageNet epochs with a ResNet-50; we do not reproduce it here.
 
 # %% [markdown]
 # ### Experiment: shuffle-BN on and off

@@ -243,7 +243,8 @@ ax.set_xlabel("batch N (images; 2N views)"); ax.set_ylabel("MB"); ax.legend(); p
 # NBVAL_CHECK_OUTPUT
 per_image = [r["activation KB per image"] for r in ledger_rows]
 assert all(r["views encoded"] == 2 * r["N"] for r in ledger_rows)
-assert max(per_image) / min(per_image) < 1.1, "activation bytes should be ∝ N (both views kept)"
+# ∝ N up to the loss's 2N×2N similarities, whose bytes per image grow with N: under 1% at these N
+assert max(per_image) / min(per_image) < 1.02, "activation bytes should be ∝ N (both views kept), within 2%"
 assert len({round(r["resident MB"], 9) for r in ledger_rows}) == 1, "identity: one model, one resident state"
 
 # %% [markdown]

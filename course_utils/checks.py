@@ -28,13 +28,6 @@ def positive_int(value: Any, name: str, *, minimum: int = 1, hint: str = "") -> 
     return value
 
 
-def int_in_range(value: Any, name: str, low: int, high: int) -> int:
-    """An int in [low, high]."""
-    if not _is_int(value) or not low <= value <= high:
-        raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
-    return value
-
-
 def positive_float(value: Any, name: str, *, hint: str = "") -> float:
     """A real number > 0, returned as float."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -50,11 +50,6 @@ class ImageDataset:
     def num_classes(self) -> int:
         return len(self.classes)
 
-    @property
-    def image_shape(self) -> tuple[int, int, int]:
-        """(C, H, W) of one image."""
-        return tuple(self.images.shape[1:])
-
     def to(self, device) -> "ImageDataset":
         """The same data on `device` (a new dataset; this one is unchanged)."""
         device = checks.device(device)

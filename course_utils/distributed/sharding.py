@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.distributed.fsdp import fully_shard
 
 from course_utils import checks
 from course_utils.distributed.comm_count import allreduce_mean_hook
@@ -31,10 +32,6 @@ from course_utils.distributed.data_parallel import wrap_ddp
 from course_utils.distributed.devices import worker_device
 from course_utils.optim import OPTIMIZERS, make_optimizer
 
-try:  # torch >= 2.6 public path; 2.4-2.5 kept FSDP2 under _composable
-    from torch.distributed.fsdp import fully_shard
-except ImportError:  # pragma: no cover - older torch
-    from torch.distributed._composable.fsdp import fully_shard
 
 STAGES = ("ddp", "zero1", "zero2", "zero3")
 STRATEGIES = ("ddp", "zero1", "fsdp", "fsdp_keep")   # what torch implements; fsdp_keep: no reshard

@@ -53,13 +53,10 @@ import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.distributed.fsdp import fully_shard
 
 from course_utils.runtime import rng_state, set_rng_state
 
-try:  # torch >= 2.6 public path; 2.4-2.5 kept FSDP2 under _composable
-    from torch.distributed.fsdp import fully_shard
-except ImportError:  # pragma: no cover - older torch
-    from torch.distributed._composable.fsdp import fully_shard
 
 HASH_PREFIX = "params sha256: "
 RESUME_PREFIX = "resumed from step "

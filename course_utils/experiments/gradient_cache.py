@@ -5,7 +5,8 @@ Per rank: pass 1 embeds the rank's views without a graph; pass 2 is the gathered
 (``distributed.data_parallel.nt_xent_local_with_global_negatives``), whose backward through the
 all-gather carries every rank's gradient to the rows it owns; pass 3 back-propagates those cached
 gradients chunk by chunk; DDP's averaging then gives the mean over ranks of the local means, i.e.
-the large-batch loss's gradient. Launched by tests and lesson 02 with ``distributed.launch``.
+the large-batch loss's gradient. Launched with ``distributed.launch`` by
+tests/test_gradient_cache.py, which lesson 02 cites for the distributed case.
 """
 from __future__ import annotations
 

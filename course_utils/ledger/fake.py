@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from .. import checks
 
-TORCH_NEEDED = "2.5"   # FakeStore in C++ and FSDP2's public fully_shard: checked on 2.14
+TORCH_NEEDED = "2.7"   # pyproject.toml's floor (FakeStore, FSDP2 on gloo); checked on 2.14
 
 
 def _private(what: str):

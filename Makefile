@@ -25,9 +25,11 @@ course: $(STAMP)
 test: $(STAMP)
 	COURSE_SCALE=ci COURSE_CHECK_PLACEMENT=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -rs --nbval-lax --nbval-current-env -p no:cacheprovider --ignore=notebooks/student tests notebooks
 
-## make lab: JupyterLab on the student editions (notebooks/student/: exercises blank, with checks)
+## make lab: JupyterLab on your own copies of the student editions, in my-work/ (made once, never
+## overwritten: git pull stays clean; `python tools/lab.py --refresh 02` takes one lesson afresh)
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks/student/
+	$(PY) tools/lab.py
+	$(VENV)/bin/jupyter lab my-work/
 
 ## make notebooks: regenerate notebooks/*.ipynb, the student editions and their checks from notebooks/src/
 notebooks: $(STAMP)

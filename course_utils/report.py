@@ -31,8 +31,10 @@ def show_table(rows: list[dict], columns: list[str] | None = None) -> None:
     print(format_table(rows, columns))
 
 
-def headline(**figures) -> dict:
-    """Print a notebook's headline figures and, under ``make course``, record them to a file."""
+def headline(**figures) -> None:
+    """Print a notebook's headline figures and, under ``make course``, record them to a file.
+    Returns nothing, so that a cell ending in ``headline(...)`` shows the table once, not the
+    table and then the same values again as a dict."""
     clean = {k: (float(v) if hasattr(v, "item") else v) for k, v in figures.items()}
     width = max(map(len, clean), default=0)
     for k, v in clean.items():
@@ -41,4 +43,3 @@ def headline(**figures) -> dict:
     if target:
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         Path(target).write_text(json.dumps(clean, indent=1, default=str))
-    return clean

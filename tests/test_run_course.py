@@ -64,3 +64,10 @@ def test_course_runner_runs_two_lessons_at_once_with_a_thread_each(tmp_path, mon
     assert index.index("01_one.html") < index.index("02_two.html"), "the index lists lessons in order"
     times = (tmp_path / "build" / "times-ci.json").read_text()
     assert '"01_one"' in times and '"02_two"' in times, "the next run schedules the longest first"
+
+
+def test_a_cell_ending_in_headline_shows_the_figures_once(capsys):
+    """headline returns nothing: Jupyter would otherwise echo its dict under the printed table."""
+    from course_utils.report import headline
+    assert headline(answer=42) is None
+    assert capsys.readouterr().out.count("42") == 1

@@ -6,6 +6,8 @@
 # This course follows one question through lessons 01–12: *how does a learning objective turn
 # into one training step that a machine can actually run?* This tour shows the machine you are on,
 # the datasets (all of them work offline), and how scales, the ledger and the exercises work.
+# The course is built on a set of Chinese source texts; where a lesson names one of their terms,
+# the Chinese is given once in parentheses beside the English (the resource ledger, 资源账).
 
 # %%
 # On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.

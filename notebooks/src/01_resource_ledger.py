@@ -4,7 +4,7 @@
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/01_resource_ledger.ipynb)
 #
 # A learning objective is also a plan for spending compute. Before running an experiment we draw
-# up the **resource ledger** (资源账) of one update step — and in this notebook we predict every
+# up the **resource ledger** (资源账, the source texts' term) of one update step — and in this notebook we predict every
 # line of it by hand and then measure it.
 
 # %%

@@ -62,11 +62,12 @@ def start(config, work: dict[str, Callable[[], object]]) -> None:
     config.add_cleanup(lambda: [p.kill() for p in _PROCESSES if p.poll() is None])
 
 
-def result(request, module_name: str, fallback: Callable[[], Callable[[], object]],
+def result(request, start: Callable[[Path], Callable[[], object]], folder: str,
            timeout: float = 3600):
-    """What the module's background function returned, once it has (started here, in this
-    thread, when the suite did not start it: e.g. a run that deselected it at first)."""
-    future = request.config.stash.get(_RUNS, {}).get(module_name)
+    """What the module's background function (``start``, its ``start_in_background``) returned,
+    once it has; started here, in this thread, in a fresh ``folder``, when the suite did not start
+    it (e.g. a run that deselected it at first)."""
+    future = request.config.stash.get(_RUNS, {}).get(start.__module__)
     if future is None:
-        return fallback()()
+        return start(request.getfixturevalue("tmp_path_factory").mktemp(folder))()
     return future.result(timeout=timeout)

@@ -109,11 +109,10 @@ def start_in_background(tmp: Path):
 
 
 @pytest.fixture(scope="session")
-def graded(request, tmp_path_factory) -> dict:
+def graded(request) -> dict:
     """(name, "reference"|"blank") -> (tools/grade.py result, folder with executed.ipynb), or
     the exception assigning or grading it raised."""
-    return background.result(request, __name__,
-                             lambda: start_in_background(tmp_path_factory.mktemp("graded")))
+    return background.result(request, start_in_background, "graded")
 
 
 def graded_ok(graded, name, kind) -> tuple[dict, Path]:

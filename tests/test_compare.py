@@ -37,3 +37,28 @@ def test_fewer_than_three_seeds_claim_no_direction():
 def test_unpaired_input_is_refused_with_what_to_do(a, b):
     with pytest.raises(ValueError, match="one value per seed"):
         compare_paired(a, b)
+
+
+def test_the_interval_is_students_95_percent():
+    from course_utils.compare import t95
+    c = compare_paired([0.3, 0.5, 0.4], [0.2, 0.2, 0.2])
+    assert c.half_width == pytest.approx(4.303 * c.standard_error)
+    assert t95(4) == 2.776 and abs(t95(60) - 2.000) < 0.005
+
+
+def test_identical_differences_need_more_than_a_zero_width_interval():
+    one_image = 1 / 1000
+    c = compare_paired([0.201, 0.301, 0.401], [0.2, 0.3, 0.4], resolution=2 * one_image)
+    assert c.standard_error == pytest.approx(0, abs=1e-12) and c.verdict == NOT_RESOLVED
+
+
+def test_seeds_given_by_name_are_paired_and_checked():
+    c = compare_paired({0: 0.5, 1: 0.6, 2: 0.7}, {2: 0.4, 0: 0.2, 1: 0.3})
+    assert c.differences == pytest.approx((0.3, 0.3, 0.3))
+    with pytest.raises(ValueError, match="same seeds"):
+        compare_paired({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.2, 1: 0.3, 3: 0.4})
+
+
+def test_a_nan_is_refused():
+    with pytest.raises(ValueError, match="NaN"):
+        compare_paired([0.1, float("nan"), 0.3], [0.1, 0.2, 0.3])

@@ -71,9 +71,8 @@ def start_in_background(tmp: Path):
 
 
 @pytest.fixture(scope="module")
-def runs(request, tmp_path_factory):
-    return background.result(request, __name__,
-                             lambda: start_in_background(tmp_path_factory.mktemp("torchrun")))
+def runs(request):
+    return background.result(request, start_in_background, "torchrun")
 
 
 def test_rank_killed_and_group_restarted_ends_bitwise_equal(runs):

@@ -91,9 +91,8 @@ def start_in_background(tmp: Path):
 
 
 @pytest.fixture(scope="module")
-def smoke(request, tmp_path_factory) -> dict:
-    return background.result(request, __name__,
-                             lambda: start_in_background(tmp_path_factory.mktemp("gpu_check")))
+def smoke(request) -> dict:
+    return background.result(request, start_in_background, "gpu_check")
 
 
 def test_smoke_walks_every_section_and_never_reports_a_skip_as_a_pass(smoke):

@@ -250,10 +250,9 @@ def grade_the_class(run: dict, command: list[str], env: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def class_run(request, tmp_path_factory):
+def class_run(request):
     """The class run the suite started in the background (tests/background.py)."""
-    run = background.result(request, __name__,
-                            lambda: start_in_background(tmp_path_factory.mktemp("class")))
+    run = background.result(request, start_in_background, "class")
     names = {os.fsencode(p.name).decode("utf-8", "backslashreplace")
              for p in run["folder"].iterdir()}
     assert names == set(EXPECTED), names ^ set(EXPECTED)

@@ -115,9 +115,8 @@ def start_in_background(tmp: Path):
 
 
 @pytest.fixture(scope="module")
-def installed(request, tmp_path_factory) -> dict:
-    return background.result(request, __name__,
-                             lambda: start_in_background(tmp_path_factory.mktemp("wheel")))
+def installed(request) -> dict:
+    return background.result(request, start_in_background, "wheel")
 
 
 def test_wheel_holds_the_runtime_data_files(installed):

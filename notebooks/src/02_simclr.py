@@ -53,8 +53,9 @@ cfg = config(
             batch=32, steps=4, ablation_steps=2, lr=2e-3, temperature=0.2, temperatures=(0.2, 1.0),
             crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, accumulation=4,
             seeds=2, calibration_images=64,
-            min_probe_gain=None, min_shortcut_loss_gap=None, colour_probe_gap_over_spread=None,
-            temperature_seeds=2, temperature_verdict=None,
+            min_probe_gain=None, start_above_chance=None, min_shortcut_loss_gap=None,
+            colour_verdict=None, colour_r2_verdict=None, temperature_seeds=2, temperature_verdict=None,
+            short_run_verdict=None,
             ledger_batches=[8, 16, 32], gc_batch=16, gc_chunk=4, gc_tile=8, gc_sweep=[8, 32, 256],
             gc_budget_mb=8, train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
     # default: the main run trains 1,000 steps; its ablation arms (no colour, the temperatures and
@@ -66,7 +67,10 @@ cfg = config(
                  crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, accumulation=4,
                  seeds=3, calibration_images=2048,
                  min_probe_gain=0.25,              # thresholds the default run is asserted against
-                 min_shortcut_loss_gap=1.0, colour_probe_gap_over_spread=True,
+                 start_above_chance=True, min_shortcut_loss_gap=1.0,
+                 # verdicts of the paired comparisons, as measured at 1 and 2 torch threads
+                 colour_verdict="jitter > no colour", colour_r2_verdict=NOT_RESOLVED,
+                 short_run_verdict=None,           # at the edge of its interval: printed, not claimed
                  temperature_seeds=3,              # runs per temperature (seed: init, data order, views)
                  temperature_verdict=NOT_RESOLVED,   # what the default run measured (see the prose)
                  ledger_batches=[16, 32, 64, 128], gc_batch=128, gc_chunk=16, gc_tile=64,
@@ -79,8 +83,9 @@ cfg = config(
              temperature=0.2, temperatures=(0.2, 1.0),
              crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False, accumulation=4,
              seeds=3, calibration_images=10000,
-             min_probe_gain=0.15, min_shortcut_loss_gap=None, colour_probe_gap_over_spread=None,
-             temperature_seeds=3, temperature_verdict=None,
+             min_probe_gain=0.15, start_above_chance=None, min_shortcut_loss_gap=None,
+             colour_verdict=None, colour_r2_verdict=None, temperature_seeds=3, temperature_verdict=None,
+             short_run_verdict=None,
              ledger_batches=[32, 64, 128, 256], gc_batch=256, gc_chunk=64, gc_tile=256,
              gc_sweep=[128, 256, 512], gc_budget_mb=1024,
              train_limit=None, probe_train=10000, probe_test=10000,
@@ -243,8 +248,10 @@ ax.set_xlabel("batch N (images; 2N views)"); ax.set_ylabel("MB"); ax.legend(); p
 # NBVAL_CHECK_OUTPUT
 per_image = [r["activation KB per image"] for r in ledger_rows]
 assert all(r["views encoded"] == 2 * r["N"] for r in ledger_rows)
-# ∝ N up to the loss's 2N×2N similarities, whose bytes per image grow with N: under 1% at these N
-assert max(per_image) / min(per_image) < 1.02, "activation bytes should be ∝ N (both views kept), within 2%"
+# ∝ N once the loss's own 2N×2N similarities (measured alone) are taken out
+encoder_per_image = [(r["activation MB"] * 1e6 - nt_xent_kept_bytes(r["N"], EMBED_DIM, temperature=cfg.temperature))
+                     / r["N"] for r in ledger_rows]
+assert max(encoder_per_image) / min(encoder_per_image) < 1.005, "the encoder keeps the same bytes per image at every N"
 assert len({round(r["resident MB"], 9) for r in ledger_rows}) == 1, "identity: one model, one resident state"
 
 # %% [markdown]
@@ -399,9 +406,10 @@ untouched_probe = {m: sum(r[m] for r in untouched_rows) / len(untouched_rows) fo
 # the gain is claimed over the stricter (higher) of the two floors
 floor = max((random_probe, untouched_probe), key=lambda p: p["linear"])
 floor_name = "BN calibrated" if floor is random_probe else "BN as built"
+floor_rows = random_rows if floor is random_probe else untouched_rows
+floor_spread = max(r["linear"] for r in floor_rows) - min(r["linear"] for r in floor_rows)
 random_colour_r2 = sum(r["colour R²"] for r in random_rows) / len(random_rows)
 random_probe_spread = max(r["linear"] for r in random_rows) - min(r["linear"] for r in random_rows)
-random_r2_spread = max(r["colour R²"] for r in random_rows) - min(r["colour R²"] for r in random_rows)
 
 model = build_simclr()
 main_run = simclr_run(model, augment)
@@ -422,15 +430,17 @@ probe_gain = trained_probe["linear"] - floor["linear"]
 print(f"starting loss of the random-init encoder on real views: {start_loss:.3f} "
       f"(chance level log(2N-1) = {math.log(2 * cfg.batch - 1):.3f}); after {cfg.steps} steps: {losses[-1]:.3f}")
 print(f"linear probe at random init: {100 * untouched_probe['linear']:.1f}% with BatchNorm as built, "
-      f"{100 * random_probe['linear']:.1f}% calibrated ({cfg.seeds} seeds span {100 * random_probe_spread:.1f} "
-      f"points calibrated); against the stricter ({floor_name}) -> {100 * trained_probe['linear']:.1f}% "
-      f"after {cfg.steps} steps ({100 * probe_gain:+.1f} points)")
-if cfg.min_probe_gain is not None:      # CI trains a few steps: nothing to claim there
+      f"{100 * random_probe['linear']:.1f}% calibrated (the choice moves the floor by "
+      f"{100 * abs(untouched_probe['linear'] - random_probe['linear']):.1f} points); against the stricter "
+      f"({floor_name}, {cfg.seeds} seeds span {100 * floor_spread:.1f} points) -> "
+      f"{100 * trained_probe['linear']:.1f}% after {cfg.steps} steps ({100 * probe_gain:+.1f} points)")
+if cfg.start_above_chance:               # the default scale's shapes data (see the prose below)
     assert start_loss > math.log(2 * cfg.batch - 1), "at this init the candidates' spread outweighs the positive"
+if cfg.min_probe_gain is not None:      # CI trains a few steps: nothing to claim there
     assert losses[-1] < losses[0], "the contrastive loss must fall"
     assert probe_gain >= cfg.min_probe_gain, \
         f"SimCLR should beat its own random init by >= {100 * cfg.min_probe_gain:.0f} points"
-    assert probe_gain > random_probe_spread, "the gain must exceed how much the baseline moves across seeds"
+    assert probe_gain > floor_spread, "the gain must exceed how much the floor moves across seeds"
     assert trained_probe["knn"] > max(random_probe["knn"], untouched_probe["knn"]), "the kNN probe should agree"
 
 # %% [markdown]
@@ -450,7 +460,7 @@ assert replay == losses[:3], "a fresh run of the same recipe must retrace the ma
 # consistent signal at this image size), a few CPU minutes of SimCLR beat the identical encoder at random
 # init (the stricter of the two floors, averaged over `seeds` initialisations) by at least `min_probe_gain`
 # on the linear probe and by more than the baseline's spread across seeds (both printed above),
-# and the kNN probe agrees. The views use the recipe printed at the top (crop scale, colour
+# and the kNN probe agrees in direction (asserted without a margin). The views use the recipe printed at the top (crop scale, colour
 # strength, quarter turns: chosen for this data, not ablated here except for colour, below). The
 # paper trains for hundreds of epochs, and the gpu scale (CIFAR-10, ResNet, thousands of steps) is
 # the run for claims about representation quality.
@@ -547,26 +557,38 @@ print(f"linear probe after {cfg.ablation_steps} steps, mean of {cfg.temperature_
       f"({100 * temperature_probe_gap:+.1f} points; same-seed differences "
       f"{', '.join(f'{100 * g:+.1f}' for g in paired_gaps)})")
 print(f"seed spread of the trained probe: {100 * trained_probe_seed_spread:.1f} points "
-      f"(random init: {100 * random_probe_spread:.1f} points)")
+      f"(random init, {floor_name}: {100 * floor_spread:.1f} points)")
 print("linear probe, " + temperature_comparison.describe(100, " points"))
+# the short runs against the floor, seed by seed (same initial weights; only the training differs)
+short_run_comparison = compare_paired({s: temperature_runs[cfg.temperature, s]["linear"] for s in temperature_seed_list},
+                                      {r["seed"]: r["linear"] for r in floor_rows if r["seed"] in temperature_seed_list},
+                                      names=("SimCLR", "random init"), resolution=1 / len(test))
+print(f"after {cfg.ablation_steps} steps at T={cfg.temperature}, against the floor ({floor_name}): "
+      + short_run_comparison.describe(100, " points")
+      + f"; one probe's own standard error on {len(test)} test images: about "
+      f"{100 * math.sqrt(mean_linear[t_low] * (1 - mean_linear[t_low]) / len(test)):.1f} points")
 
 # %%
 if cfg.temperature_verdict is not None:   # what this budget showed (one run, printed above)
     assert temperature_verdict == cfg.temperature_verdict, \
         f"expected '{cfg.temperature_verdict}' from the paired seeds, measured '{temperature_verdict}'"
-    assert min(min(v) for v in linear_by_t.values()) > max(r["linear"] for r in random_rows + untouched_rows), \
-        "every trained run, at either temperature, beats every random-init seed (either floor)"
+if cfg.short_run_verdict is not None:
+    assert short_run_comparison.verdict == cfg.short_run_verdict, short_run_comparison.describe(100)
 
 # %% [markdown]
 # What this run can and cannot say. The paired comparison above prints the mean same-seed
-# difference, its interval (± 2 standard errors) and the verdict. At default scale the verdict is
-# **not resolved at this scale** (asserted: a run whose interval excluded zero would fail the
-# cell above, and the prose would have to change). That is not evidence that the temperature does
-# not matter: the interval is printed, and it is wide because three seeds after `ablation_steps`
-# steps at 16 px are few. What is asserted besides is that every trained run, at either
-# temperature, beats every random-init seed under either floor (the plot). The identity above
-# says where the gradient's weight goes; it does not say that focusing it on the hardest
-# negatives *helps the representation*, and this budget cannot tell. Chen et al. (2020, Table 5) report that with
+# difference, its 95% interval and the verdict. At default scale the verdict is **not resolved
+# at this scale** (asserted: a run whose interval excluded zero would fail the cell above, and
+# the prose would have to change). That is not evidence that the temperature does not matter.
+# The interval is wide because the same-seed differences themselves vary (printed), partly
+# because one probe accuracy on the test images carries its own standard error of about a point
+# (printed), and because three seeds give Student's t a large factor. The second comparison
+# printed there sets the short runs against the floor, seed by seed: a few points, with the low
+# end of its interval near zero (at one torch thread and at two, the two ways this lesson runs),
+# so the lesson claims nothing from it; the gain it does claim is the main run's, after `steps`
+# steps, above. The identity above says where the gradient's weight goes; it does not say that
+# focusing it on the hardest negatives *helps the representation*, and this budget cannot tell.
+# Chen et al. (2020, Table 5) report that with
 # normalised embeddings T = 0.1 beats T = 1 by several points on ImageNet after far longer
 # training; that is cited, not reproduced. The gpu scale runs the same experiment
 # (`temperature_seeds` seeds per temperature, its own `ablation_steps`, CIFAR-10); its
@@ -600,51 +622,74 @@ without_colour(_x, _g1)
 augment(_x, _g2)
 assert torch.equal(_g1.get_state(), _g2.get_state()), "both arms must consume the same random draws"
 
-no_colour = build_simclr()
-no_colour_snap = snapshot(no_colour, simclr_run(no_colour, without_colour)(cfg.ablation_steps).history.series("loss"))
+# one no-colour arm per seed of the temperature experiment; the jitter arm of seed s is that
+# experiment's run at the main temperature (seed cfg.seed: the main run's snapshot)
+no_colour_runs = {}
+for seed in temperature_seed_list:
+    arm = build_simclr(seed=seed)
+    no_colour_runs[seed] = snapshot(arm, simclr_run(arm, without_colour, seed=seed)(cfg.ablation_steps)
+                                    .history.series("loss"))
+jitter_runs = {seed: temperature_runs[cfg.temperature, seed] for seed in temperature_seed_list}
+no_colour_snap = no_colour_runs[cfg.seed]
+floor_colour_r2 = sum(r["colour R²"] for r in untouched_rows) / len(untouched_rows)
 colour_rows = [
-    {"encoder": f"random init (BN calibrated, mean of {cfg.seeds})", "loss (last 3 steps)": None,
-     "colour R²": random_colour_r2, **random_probe},
-    {"encoder": f"colour jitter, {cfg.ablation_steps} steps", **at_ablation},
-    {"encoder": f"no colour distortion, {cfg.ablation_steps} steps", **no_colour_snap},
+    {"encoder": f"random init (BN as built, mean of {cfg.seeds})", "loss (last 3 steps)": None,
+     "colour R²": floor_colour_r2, **untouched_probe},
+    *[{"encoder": f"colour jitter, seed {seed}, {cfg.ablation_steps} steps", **jitter_runs[seed]}
+      for seed in temperature_seed_list],
+    *[{"encoder": f"no colour distortion, seed {seed}, {cfg.ablation_steps} steps", **no_colour_runs[seed]}
+      for seed in temperature_seed_list],
 ]
 show_table(colour_rows)
-_, with_c, without_c = colour_rows
+with_c, without_c = at_ablation, no_colour_snap          # seed cfg.seed, for the headline
+colour_comparison = compare_paired({s: r["linear"] for s, r in jitter_runs.items()},
+                                   {s: r["linear"] for s, r in no_colour_runs.items()},
+                                   names=("jitter", "no colour"), resolution=1 / len(test))
+colour_r2_comparison = compare_paired({s: r["colour R²"] for s, r in no_colour_runs.items()},
+                                      {s: r["colour R²"] for s, r in jitter_runs.items()},
+                                      names=("no colour", "jitter"))
+shortcut_loss_gaps = [jitter_runs[s]["loss (last 3 steps)"] - no_colour_runs[s]["loss (last 3 steps)"]
+                      for s in temperature_seed_list]
 shortcut_loss_gap = with_c["loss (last 3 steps)"] - without_c["loss (last 3 steps)"]
 unexplained_jitter, unexplained_no_colour = 1 - with_c["colour R²"], 1 - without_c["colour R²"]
-colour_probe_gap = with_c["linear"] - without_c["linear"]
-print(f"loss at step {cfg.ablation_steps}: {with_c['loss (last 3 steps)']:.3f} with colour jitter, "
-      f"{without_c['loss (last 3 steps)']:.3f} without ({shortcut_loss_gap:.2f} lower)")
-print(f"colour R²: {with_c['colour R²']:.3f} with jitter, {without_c['colour R²']:.3f} without: the mean colour's "
-      f"unexplained variance is {100 * unexplained_jitter:.1f}% vs {100 * unexplained_no_colour:.1f}% "
-      f"(random init, BN calibrated: R² {random_colour_r2:.3f}, seeds span {random_r2_spread:.3f})")
-print(f"linear probe (shape): {100 * with_c['linear']:.1f}% with jitter, {100 * without_c['linear']:.1f}% without "
-      f"({100 * colour_probe_gap:+.1f} points; random init {100 * random_probe['linear']:.1f}%, "
-      f"seeds span {100 * random_probe_spread:.1f} points)")
+colour_probe_gap = colour_comparison.mean                 # jitter minus no colour, mean over paired seeds
+print(f"loss at step {cfg.ablation_steps}, jitter minus no colour, per seed: "
+      f"{', '.join(f'{g:.2f}' for g in shortcut_loss_gaps)} (the no-colour task is that much easier)")
+print(f"colour R², seed {cfg.seed}: {with_c['colour R²']:.3f} with jitter, {without_c['colour R²']:.3f} without: the "
+      f"mean colour's unexplained variance is {100 * unexplained_jitter:.1f}% vs {100 * unexplained_no_colour:.1f}% "
+      f"(random init, BN as built: R² {floor_colour_r2:.3f})")
+print("colour R², " + colour_r2_comparison.describe(100, " points of R²"))
+print("linear probe (shape), " + colour_comparison.describe(100, " points")
+      + f"; random init (BN as built) {100 * untouched_probe['linear']:.1f}%")
 
 # %%
 if cfg.min_shortcut_loss_gap is not None:
-    assert shortcut_loss_gap > cfg.min_shortcut_loss_gap, "the shortcut makes the task easy"
-    assert without_c["colour R²"] > with_c["colour R²"], "the no-colour features keep more colour"
-    assert with_c["colour R²"] > 0.5, "jitter makes colour less available, it does not remove it"
-if cfg.colour_probe_gap_over_spread:
-    assert colour_probe_gap > random_probe_spread, \
-        "with jitter the shape probe beats the no-colour arm by more than the baseline's seed spread"
+    assert min(shortcut_loss_gaps) > cfg.min_shortcut_loss_gap, "the shortcut makes the task easy, at every seed"
+    assert all(r["colour R²"] > 0.5 for r in jitter_runs.values()), \
+        "jitter makes colour less available, it does not remove it"
+if cfg.colour_r2_verdict is not None:
+    assert colour_r2_comparison.verdict == cfg.colour_r2_verdict, colour_r2_comparison.describe(100)
+if cfg.colour_verdict is not None:
+    assert colour_comparison.verdict == cfg.colour_verdict, colour_comparison.describe(100)
 
 # %% [markdown]
-# Without colour distortion the loss at the same step is far lower (the gap is printed; at default
-# scale it is asserted above `min_shortcut_loss_gap`): the task got easy. The colour content of
-# the features differs the way the shortcut predicts, but modestly: the jitter arm's features
-# leave more of the mean colour's variance unexplained than the no-colour arm's (both percentages
-# printed; the order is asserted), yet a linear map still reads most of the colour off them (R²
-# above one half, asserted). So jitter makes colour *less* available, it does not remove it. The random-init row is
-# context, not an arm: its colour R² is measured with calibrated BatchNorm and moves with the seed
-# by the printed span, so no claim is drawn from it. The like-for-like evidence is the shape
-# probe: after the same steps from the same weights, the arm trained with colour jitter is ahead
-# of the arm that could use the colour shortcut by the printed number of points, asserted at
-# default scale to exceed the random-init baseline's spread across seeds. The colour jitter
-# exists to take that shortcut away. One seed per arm and `ablation_steps` steps: this shows the
-# mechanism, not the size of the effect in a full-length run.
+# Both arms are trained at every seed of the temperature experiment (seed s of the two arms shares
+# initial weights, data order and the geometric draws; only the colour step differs), and compared
+# by the kit's rule. Without colour distortion the loss at the same step is far lower at every
+# seed (printed; at default scale asserted above `min_shortcut_loss_gap`): the task got easy. The
+# like-for-like evidence is the shape probe: **the arm trained with colour jitter is ahead of the
+# arm that could use the colour shortcut** (verdict and interval printed, asserted at default
+# scale; the floor's probe is printed beside it).
+#
+# Whether the no-colour features keep *more colour* is **not resolved at this scale**: the colour
+# R² (a ridge map from the backbone's features to each image's mean colour) differs between the
+# arms by less than its interval (printed and asserted as such), and a linear map reads most of the
+# colour off the jitter arm's features too (R² above one half at every seed, asserted). Two
+# reasons this probe is weak: it reads the backbone's features h, while the invariance is imposed
+# on the projection z = g(h), and Chen et al. (2020, §4.2) show that h keeps information g
+# removes; and at 200 steps of 16 px images colour is still easy to read off any features (the
+# random init's R² is printed). `ablation_steps` steps and three seeds: this shows the mechanism,
+# not the size of the effect in a full-length run.
 
 # %% [markdown]
 # ## More candidates without more back-propagated images: gradient caching and a tiled loss
@@ -1201,18 +1246,19 @@ headline(
     start_loss=start_loss,
     probe_random_init=untouched_probe["linear"],
     probe_random_init_bn_calibrated=random_probe["linear"],
-    probe_random_init_seed_spread=random_probe_spread,
+    probe_random_init_seed_spread=max(r["linear"] for r in untouched_rows) - min(r["linear"] for r in untouched_rows),
     probe_simclr=trained_probe["linear"],
     probe_gain=probe_gain,
     temperature_probe_gap=temperature_probe_gap,
     temperature_probe_gap_standard_error=temperature_comparison.standard_error,
     temperature_probe_seed_spread=trained_probe_seed_spread,
     colour_shortcut_loss_gap=shortcut_loss_gap,
-    colour_r2_random_init=random_colour_r2,
+    colour_r2_random_init=floor_colour_r2,
     colour_r2_jitter=with_c["colour R²"],
     colour_r2_no_colour=without_c["colour R²"],
     probe_no_colour=without_c["linear"],
     colour_probe_gap=colour_probe_gap,
+    colour_probe_gap_standard_error=colour_comparison.standard_error,
     gc_largest_n_naive=largest["naive"],
     gc_largest_n_caching=largest["gradient caching"],
     gc_largest_n_caching_tiled=largest["gradient caching + tiled"],

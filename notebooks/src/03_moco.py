@@ -100,12 +100,15 @@ def build_moco(momentum=0.99, queue=cfg.queue, shuffle_keys=True, seed=cfg.seed)
 # ## The problem
 #
 # Contrastive learning wants many candidates; in SimCLR each one is an image whose two views are
-# encoded and kept for backward, so the number of negatives is capped by activation memory. In
-# SimCLR every negative also gets a gradient (the loss pushes it away from the anchor, and that
-# gradient flows into its encoder). MoCo gives that up by design: a negative is only *compared
-# against*, with no gradient into whatever encoded it, which is why its encoder must be kept
-# close to the trained one some other way (the momentum update below). Could yesterday's
-# encodings serve as negatives, then? Only if they are still comparable with today's queries.
+# encoded and kept for backward, so in the plain implementation the number of negatives is capped
+# by activation memory (lesson 02's gradient caching is one way around that cap). In SimCLR every
+# candidate also gets a gradient: the loss pushes it away from the anchor, and that gradient flows
+# into its encoder. MoCo gives that up by design: its keys (the positive and the negatives) get no
+# gradient, because back-propagating through K keys is what it set out to avoid. Could
+# yesterday's encodings serve as negatives, then? Only if they are still comparable with today's
+# queries and with each other: the queue holds keys written by many past encoders, so the key
+# encoder must change *slowly* (the momentum update below; the MoCo paper reports that m = 0, an
+# exact copy of the query encoder at every step, fails to train).
 
 # %% [markdown]
 # ## The mechanism
@@ -577,8 +580,8 @@ print(f"Per extra key a MoCo step keeps {act_per_key:.0f} B for backward (4·(B 
       f"above was {in_batch_vs_queue:.0f}x). Whole step at K={cfg.queue}: SimCLR's {simclr_for_k / 1e6:.1f} MB against "
       f"MoCo's activations plus cache, {(rec_moco.activation_bytes + rec_moco.cache_bytes) / 1e6:.1f} MB: {whole_step_ratio:.1f}x.")
 print(f"The probes above are one seed per K, and the arms differ in more than K: the queue starts "
-      f"random and a random key survives K/B steps ({', '.join(f'{K // cfg.batch}' for K in sweep_probes)} of "
-      f"{cfg.sweep_steps}). Accuracy against K: not resolved at this scale (no direction is claimed).")
+      f"random and a random key survives K/B steps ({', '.join(f'{math.ceil(K / cfg.batch)}' for K in sweep_probes)} "
+      f"of {cfg.sweep_steps}). Accuracy against K: no comparison is made (one seed per arm).")
 
 
 # %%
@@ -600,7 +603,7 @@ if cfg.sweep_claims is not None:    # what this budget shows, and what it does n
 # What holds at every scale, and is asserted: the number of negatives per anchor is K at a fixed
 # batch, the queue's cache line is K·(4d + 16) + 16 bytes (both identities), and what a step
 # keeps for backward grows with K too (the B×(1+K) logits and the snapshot of the queue that the
-# negatives' gradient needs), by 4·(B + d) bytes per key (asserted within 5%), not by a view's
+# query's gradient through the negative logits needs), by 4·(B + d) bytes per key (asserted within 5%), not by a view's
 # activations per candidate. A key also lives K/B
 # steps, so a larger K means older keys (the staleness experiment above).
 #
@@ -609,14 +612,13 @@ if cfg.sweep_claims is not None:    # what this budget shows, and what it does n
 # figure of the ledger cell to the per-negative figure printed after the sweep, still over a
 # hundred; over the whole step the saving is the smaller whole-step ratio printed there.
 #
-# What this budget shows about accuracy, said plainly: **nothing resolved.** The probes after
-# `sweep_steps` steps are printed, one seed per K, and one seed is not enough: rerunning one arm
-# with another seed moves its probe by several points, about as much as the arms differ. The arms
-# also differ in more than K: the queue starts filled with random keys, and a key leaves only
-# after K/B steps, so the largest K trains its first steps against more random negatives (the
-# steps are printed). A claim about K would need at least three paired seeds per arm and a queue
-# filled before the comparison starts; at this budget that does not fit the lesson's four
-# minutes, so none is made. The paper's gain from a larger dictionary appears over hundreds of
+# What this budget shows about accuracy, said plainly: **no comparison is made.** The probes
+# after `sweep_steps` steps are printed, one seed per K, and the kit's rule for saying one arm
+# beats another needs at least three paired seeds per arm. The arms also differ in more than K:
+# the queue starts filled with random keys, and a key leaves only after K/B steps, so the largest
+# K trains its first steps against more random negatives (the steps are printed). A claim about
+# K would need three seeds per arm and a queue filled before the comparison starts; this lesson
+# spends its minutes elsewhere. The paper's gain from a larger dictionary appears over hundreds of
 # ImageNet epochs with a ResNet-50; we do not reproduce it here.
 
 # %% [markdown]

@@ -624,10 +624,10 @@ if SCALE != "ci":
 # spread at the same configuration (the paired difference and its standard error). The figure of
 # merit is the mean training loss over the last quarter of the run (the last loss alone wobbles
 # with momentum SGD at a large LR). What can be asserted about warm-up's effect is a null
-# result, and a null result is weak: the assert `|paired difference| < 2 SE` fails only if the
-# seeds agree on an effect, and passes more easily the fewer and noisier the seeds. So we print
-# the interval difference ± 2 SE (with n − 1 degrees of freedom for n seeds this is *less* than a
-# 95% interval) and claim no more than it allows.
+# result, and a null result is weak: the assert (the kit's rule, `course_utils.compare`: the
+# paired difference's 95% interval, Student's t at n − 1 degrees of freedom times its standard
+# error, contains zero) fails only if the seeds agree on an effect, and passes more easily the
+# fewer and noisier the seeds. So we print that interval and claim no more than it allows.
 
 # %%
 goyal_batch = cfg.goyal_batch
@@ -646,17 +646,17 @@ goyal_late = {name: np.array([np.mean(c[goyal_last_quarter]) for c in curves]) f
 plot_loss_curves(goyal_curves, f"B = {goyal_batch}, linear LR {goyal_lr:.3g}, {len(cfg.goyal_seeds)} seeds per arm",
                  warmup_end=goyal_warmup_steps)
 no_warm, with_warm = goyal_late["no warm-up"], goyal_late[f"warm-up {goyal_warmup_steps} steps"]
-# the kit's one rule for comparing trained arms (course_utils.compare): paired seeds, ± 2 SE
+# the kit's one rule for comparing trained arms (course_utils.compare): paired seeds, 95% t-interval
 goyal_comparison = compare_paired(with_warm, no_warm, names=("warm-up", "no warm-up"))
 goyal_diff = with_warm - no_warm                      # per seed, paired: < 0 means warm-up ended better
-goyal_tolerance = goyal_comparison.z * goyal_comparison.standard_error
+goyal_tolerance = goyal_comparison.half_width         # Student's t at seeds - 1 degrees of freedom × SE
 goyal_reach = {name: [int(np.argmax(c <= cfg.target)) + 1 if (c <= cfg.target).any() else None for c in curves]
                for name, curves in goyal_curves.items()}
 show_table([dict(seed=seed, late_no_warmup=none, late_warmup=ramp, warmup_minus_none=ramp - none,
                  steps_to_target_no_warmup=s_none, steps_to_target_warmup=s_ramp)
             for seed, none, ramp, s_none, s_ramp in zip(cfg.goyal_seeds, no_warm, with_warm, *goyal_reach.values())])
 print(f"mean loss over the last {-goyal_last_quarter.start} steps: no warm-up {no_warm.mean():.3f}, warm-up {with_warm.mean():.3f}; "
-      f"paired difference {goyal_diff.mean():+.3f} ± {goyal_tolerance / 2:.3f} (standard error over "
+      f"paired difference {goyal_diff.mean():+.3f} ± {goyal_comparison.standard_error:.3f} (standard error over "
       f"{len(goyal_diff)} seeds); the seeds of one arm span up to {max(np.ptp(no_warm), np.ptp(with_warm)):.3f}")
 # does each run's loss rise above the target again after it first reached it?
 goyal_rebounds = [np.nanmax(curve[reached:]) > cfg.target for name, curves in goyal_curves.items()
@@ -665,7 +665,7 @@ print(f"runs whose loss rises above the target again after reaching it: {sum(goy
 goyal_tuned_lr = next((r["lr"] for r in sweep if r["batch"] == goyal_batch), None)
 print(f"the sweep's best LR at B = {goyal_batch}: {goyal_tuned_lr} (the linear rule gives {goyal_lr:.3g})")
 goyal_interval = goyal_comparison.interval
-print(f"warm-up minus none, ± 2 SE: [{goyal_interval[0]:+.3f}, {goyal_interval[1]:+.3f}], i.e. from "
+print(f"warm-up minus none, 95% interval: [{goyal_interval[0]:+.3f}, {goyal_interval[1]:+.3f}], i.e. from "
       f"{goyal_interval[0] / no_warm.mean():+.0%} to {goyal_interval[1] / no_warm.mean():+.0%} of the no-warm-up "
       f"late loss; warm-up ended lower in {int((goyal_diff < 0).sum())} of {len(goyal_diff)} seeds")
 # is a rebound special to the linear LR? the probe run of section 3, at its own LR, seen at its probes only
@@ -679,7 +679,7 @@ print(f"the probe run (B = {cfg.probe_batch}, LR {cfg.probe_lr}; the sweep's bes
 # What the run shows (the asserts below). (1) At this batch the linearly scaled LR trains
 # **without** warm-up: every no-warm-up seed reaches the target loss within the run (their steps
 # to it are in the table). (2) Warm-up's effect on the end of the run is **not resolved**: the
-# paired difference is less than twice its standard error. That is not evidence of no effect —
+# paired difference's 95% interval contains zero. That is not evidence of no effect —
 # the printed interval (also as a share of the no-warm-up late loss) is what this run allows; the
 # sign and the count of seeds say which way it leans. More seeds would narrow
 # it (the standard error falls as 1/√seeds). (3) In both arms every run rises above the target
@@ -701,7 +701,7 @@ if SCALE != "ci":
     assert all(goyal_rebounds) and len(goyal_rebounds) == 2 * len(cfg.goyal_seeds), "every run rebounds above the target"
     assert goyal_tuned_lr is not None and goyal_tuned_lr < goyal_lr, "the linear LR must exceed the tuned one here"
     assert probe_rebounds, "the probe run must rebound too, or the rebounds may be the linear LR's after all"
-    # a null result: it fails only where the seeds agree on an effect (|mean| ≥ 2 SE), and passing it
+    # a null result: it fails only where the seeds agree on an effect (the interval excludes 0), and passing it
     # says "not resolved", not "no effect" (the printed interval is the claim)
     assert goyal_comparison.verdict == NOT_RESOLVED, \
         f"warm-up's effect on the late loss is resolved after all ({goyal_comparison.verdict}): say which way"
@@ -1027,5 +1027,5 @@ headline(
     simclr_b_simple_min=simclr_min_b_simple,
     simclr_b_simple_last=simclr_last["b_simple"],
     warmup_below_crit_paired_diff=float(goyal_diff.mean()),
-    warmup_below_crit_standard_error=goyal_tolerance / 2,
+    warmup_below_crit_standard_error=goyal_comparison.standard_error,
 )

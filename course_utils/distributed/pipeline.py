@@ -10,7 +10,7 @@ nobody downstream waits for, so it can fill idle slots).
     GPipe  all F, then all B          bubble = (p-1)/(m+p-1)      activations held: m
     1F1B   warm-up, then alternate    bubble = (p-1)/(m+p-1)      activations held: p - stage
     interleaved 1F1B, v chunks/device bubble = (p-1)/(v·m+p-1)    (more point-to-point traffic)
-    zero-bubble (B/W split)           W fills idle slots: bubble (p-1)(F+B-W) per device once a
+    zero-bubble (B/W split)           W fills idle slots: bubble (p-1)(F+B_in-W) per device once a
                                       device may hold a little more than 1F1B's p micro-batches
                                       until their W (p+1 at p=4, p+2 at p=8 for the greedy rule;
                                       lesson 09 sweeps it); at 1F1B's p, a smaller gain

@@ -103,7 +103,8 @@ print(device, "| simulated stages:", cfg.stages)
 # %% [markdown]
 # ## 3 · Worked example: four schedules on four stages
 #
-# Unit costs F = 1, B = 2 (backward is about twice forward); for zero bubble B_input = W = 1.
+# Unit costs F = 1, B = 2 (backward is about twice forward). Throughout the lesson B is the
+# *full* backward of a micro-batch; zero bubble splits it as B = B_input + W, here B_input = W = 1.
 # Interleaved uses v = 2 chunks per device (each chunk costs half).
 
 # %%
@@ -145,21 +146,21 @@ zb = {name: pp.simulate("zero_bubble", p, zb_m, max_in_flight=cap) for name, cap
 zb_formula = pp.zero_bubble_formula(p, zb_m)
 zb_min_cap = min(c for name, c in caps.items()
                  if c is not None and abs(zb[name].bubble_fraction - zb_formula) < 1e-12)
-print(f"smallest cap that reaches (p−1)(F+B−W): {zb_min_cap} micro-batches = p + {zb_min_cap - p} "
+print(f"smallest cap that reaches (p−1)(F+B_input−W): {zb_min_cap} micro-batches = p + {zb_min_cap - p} "
       f"(1F1B holds p = {p}; 2p − 1 = {2 * p - 1})")
 show_table([{"cap on held micro-batches": name, "bubble": t.bubble_fraction,
-             "(p−1)(F+B−W) formula": zb_formula, "1F1B bubble": pp.bubble_formula(p, zb_m),
+             "(p−1)(F+B_input−W) formula": zb_formula, "1F1B bubble": pp.bubble_formula(p, zb_m),
              "peak held (device 0)": t.peak_activations(0)} for name, t in zb.items()])
 
 # %% [markdown]
-# The formula (p−1)(F+B−W) idle per device is reached with only a little more than 1F1B's
+# The formula (p−1)(F+B_input−W) idle per device is reached with only a little more than 1F1B's
 # activations (the smallest cap printed above), well under 2p and far under GPipe's m: letting
 # W wait longer buys nothing more, *for this greedy rule*, which starts forwards as soon as the
 # cap allows. At
 # 1F1B's peak (cap p), W still fills part of 1F1B's bubble, and the gain is smaller. The paper's
 # hand-written ZB-H1 (Qi et al., 2023) does better at that same peak by choosing *which* W to
 # delay: device d lets its W's lag d micro-batches behind. The next section writes that order out
-# and it reaches (p−1)(F+B−W) holding p micro-batches, in this same accounting (held until W).
+# and it reaches (p−1)(F+B_input−W) holding p micro-batches, in this same accounting (held until W).
 
 # %% [markdown]
 # **Hand-written orders: 1F1B, ZB-H1, ZB-H2 and DualPipe at the same p and m.** Here every device
@@ -168,11 +169,19 @@ show_table([{"cap on held micro-batches": name, "bubble": t.bubble_fraction,
 # own notation (its Table 2): **F** a forward chunk, **B** the *full* backward of that chunk
 # (the kit's `backward`, B_input + W), **W** its weight-gradient part (so the kit's B_input is
 # B − W), and **F&B** one forward and one backward chunk run overlapped. The report's bubbles per
-# device: 1F1B (p−1)(F+B); ZB-H1 (p−1)(F+B−2W), which is the kit's (p−1)(F+B_input−W);
-# DualPipe (p/2−1)(F&B+B−3W). With communication free, overlapping buys nothing: F&B = F + B.
+# device: 1F1B (p−1)(F+B); ZB-H1 (p−1)(F+B−2W), which is (p−1)(F+B_input−W); DualPipe
+# (p/2−1)(F&B+B−3W). The report lists no ZB-H2; the column gives Qi et al.'s own figure for it,
+# (p−1)(F+B_input−2W), which assumes what the paper calls post-validation: the synchronisation
+# before the optimizer step is bypassed, so the next iteration's forwards fill the pipe's edges.
+# The simulator runs one iteration with that synchronisation, so it cannot reach that figure (the
+# cell after the boundary shows where the order does gain). With communication free, overlapping
+# buys nothing: F&B = F + B.
 
 # %%
 costs = dict(forward=1, backward=2, weight=1)          # F = 1, B = 2, W = 1 (B_input = 1)
+# Qi et al. (2023) give ZB-H2 an idle time of (p−1)(T_F + T_B − 2·T_W), their T_B being our B_input,
+# with 2p − 1 micro-batches held and the optimizer step's synchronisation bypassed
+zb_h2_published = (p - 1) * max(costs["forward"] + (costs["backward"] - costs["weight"]) - 2 * costs["weight"], 0)
 dp_m = 2 * p                                           # DualPipe needs m even and >= 2p
 orders = {s: po.simulate_order(s, p, dp_m, **costs) for s in po.ORDERS}
 fig, axes = plt.subplots(len(orders), 1, figsize=(11, 2.0 * len(orders)))
@@ -186,7 +195,7 @@ plt.show()
 stages_held = {s: max(len({(op.direction, po.stage_of(op.device, op.direction, p))
                            for op in t.ops if op.device == d}) for d in range(p)) for s, t in orders.items()}
 show_table([{"schedule": s, "idle per device (simulated)": [t.idle(d) for d in range(p)],
-             "report's formula": po.report_bubble(s, p, **costs) if s != "zb_h2" else "none stated",
+             "published formula": po.report_bubble(s, p, **costs) if s != "zb_h2" else zb_h2_published,
              "peak activations per device": [t.peak_activations(d) for d in range(p)],
              "stages (parameters) per device": stages_held[s]} for s, t in orders.items()])
 
@@ -468,6 +477,8 @@ print(f"ZB-H1 vs ZB-H2-style at F=B_input=W: idle {orders['zb_h1'].idle(0):g} vs
 # NBVAL_CHECK_OUTPUT
 assert dual_unequal.idle(0) != po.report_bubble("dualpipe", p, **unequal)
 assert orders["zb_h2"].idle(0) == orders["zb_h1"].idle(0) and h1_h2["zb_h2"] < h1_h2["zb_h1"]
+# one iteration, synchronised before the optimizer step: above the paper's post-validated figure
+assert orders["zb_h2"].idle(0) > zb_h2_published
 
 # %% [markdown]
 # - Tensor parallel's two all-reduces per MLP (and two per attention block) sit on the critical

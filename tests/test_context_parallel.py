@@ -61,3 +61,17 @@ def test_two_ranks_bytes_memory_and_blocks(ranks):
             assert x["score_blocks"] == x["predicted_blocks"]
     assert [r["causal"]["score_blocks"] for r in ranks] == [3, 7]
     assert [r["causal zig-zag"]["score_blocks"] for r in ranks] == [5, 5]
+
+
+@pytest.mark.parametrize("world_size", [3, 4])
+def test_three_and_four_ranks_equal_unsplit_attention_fp64(world_size):
+    """At two ranks the ring's direction cannot be wrong (the neighbour is both ways round); at 3
+    and 4 a block sent the wrong way would meet the wrong queries, and the gaps would show it."""
+    results = launch(lesson.context_parallel, world_size, {"sequence": 48}, timeout=180)
+    for r in results:
+        for arm in lesson.CONTEXT_ARMS:
+            assert max(r[arm]["gaps"].values()) < 1e-12, (world_size, arm, r[arm]["gaps"])
+            assert r[arm]["sent_bytes"] == r[arm]["predicted_bytes"] > 0
+            assert r[arm]["score_blocks"] == r[arm]["predicted_blocks"]
+    zigzag = [r["causal zig-zag"]["score_blocks"] for r in results]
+    assert len(set(zigzag)) == 1, zigzag          # the zig-zag split evens the work at any n

@@ -273,8 +273,11 @@ assert not torch.equal(fresh[0].weight.detach(), saved[0]["param.0.weight"]), \
 big_x = torch.randn(cfg.activation_batch, cfg.model["width"], device=device)
 act = measure(lambda: F.mse_loss(model(big_x), torch.zeros_like(big_x)).backward(), model=model)
 resident_zero3 = sum(sh.predicted_state_bytes(n_params, cfg.ranks, "zero3").values())
+crossover_batch = resident_zero3 / (act.activation_bytes / cfg.activation_batch)   # activations ∝ batch
 print(f"local batch {cfg.activation_batch}: activations kept {act.activation_bytes / 1e6:.1f} MB vs "
-      f"ZeRO-3 resident state {resident_zero3 / 1e6:.1f} MB per rank")
+      f"ZeRO-3 resident state {resident_zero3 / 1e6:.1f} MB per rank; the activations, linear in the "
+      f"batch, pass the sharded state above a local batch of about {crossover_batch:.0f} (below it, "
+      f"ZeRO-3's state is the larger line)")
 assert act.activation_bytes > resident_zero3, "at this batch the activations dominate"
 
 # %% [markdown]

@@ -10,10 +10,49 @@ HEADLINE_ENV = "COURSE_HEADLINE_FILE"
 
 def _fmt(v) -> str:
     if isinstance(v, float):
+        if v.is_integer() and 1e4 <= abs(v) < 1e18:   # a whole number: as an int would show
+            return f"{int(v):,}"
         return f"{v:.4g}"
     if isinstance(v, int) and abs(v) >= 10_000:
         return f"{v:,}"
     return str(v)
+
+
+_SCALED = {"B": ("", "k", "M", "G", "T", "P"), "FLOP": ("", "k", "M", "G", "T", "P", "E")}
+
+
+def _scaled(value: float, unit: str) -> str:
+    """1234567 B -> '1.23 MB' (decimal prefixes, as the lessons print MB and GB)."""
+    prefixes, step = _SCALED[unit], 0
+    while abs(value) >= 1000 and step < len(prefixes) - 1:
+        value, step = value / 1000, step + 1
+    return f"{value:.4g} {prefixes[step]}{unit}"
+
+
+def readable(name: str, value) -> str:
+    """A headline figure with its unit, read from its name: ``*_bytes`` and ``*_mb``/``_kb``/
+    ``_gb``/``_gib`` in bytes, ``*flops*`` in FLOP, ``*seconds*`` in s, ``probe_*``/``*_acc``/
+    ``*mfu*`` fractions as percent, ``*_points*`` as points; ``*_over_*``/``*ratio*``/``*_vs_*``
+    and small ``*flops*`` figures are ratios (x). Anything else, and every non-number, as ``_fmt`` writes it. The recorded value is never
+    changed: this is only how it is shown."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return _fmt(value)
+    key = name.lower()
+    if "_over_" in key or "ratio" in key or "_vs_" in key:
+        return f"{value:.4g}x"
+    if "_points" in key or key.startswith("gain_points"):
+        return f"{value:+.1f} points"
+    for suffix, factor in (("_bytes", 1), ("_kb", 1e3), ("_mb", 1e6), ("_gb", 1e9), ("_gib", 2**30)):
+        if key.endswith(suffix) or f"{suffix}_" in key:
+            return _scaled(value * factor, "B") if factor != 2**30 else f"{value:.4g} GiB"
+    if "flops" in key:      # a count of FLOPs is large; a small "flops" figure is a ratio of two
+        return _scaled(value, "FLOP") if abs(value) >= 1000 else f"{value:.4g}x"
+    if "seconds" in key:
+        return f"{value:.4g} s"
+    if (key.startswith("probe_") and "gain" not in key and "spread" not in key and "diff" not in key
+            or key.endswith("_acc") or "mfu" in key) and 0 <= value <= 1:
+        return f"{100 * value:.1f}%"
+    return _fmt(value)
 
 
 def format_table(rows: list[dict], columns: list[str] | None = None) -> str:
@@ -38,7 +77,7 @@ def headline(**figures) -> None:
     clean = {k: (float(v) if hasattr(v, "item") else v) for k, v in figures.items()}
     width = max(map(len, clean), default=0)
     for k, v in clean.items():
-        print(f"{k.ljust(width)}  {_fmt(v)}")
+        print(f"{k.ljust(width)}  {readable(k, v)}")
     target = os.environ.get(HEADLINE_ENV)
     if target:
         Path(target).parent.mkdir(parents=True, exist_ok=True)

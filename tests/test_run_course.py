@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -71,3 +72,14 @@ def test_a_cell_ending_in_headline_shows_the_figures_once(capsys):
     from course_utils.report import headline
     assert headline(answer=42) is None
     assert capsys.readouterr().out.count("42") == 1
+
+
+@pytest.mark.parametrize("name, value, shown", [
+    ("activation_bytes_per_image", 83200, "83.2 kB"), ("moco_queue_mb", 34.6, "34.6 MB"),
+    ("gpt_fsdp64_resident_gb", 0.1377, "137.7 MB"), ("ledger_flops_16_images", 303587328, "303.6 MFLOP"),
+    ("full_recompute_flops_paid", 1.225, "1.225x"), ("in_batch_over_queue_bytes", 604.8, "604.8x"),
+    ("probe_simclr", 0.568, "56.8%"), ("gain_points_SimCLR_at_1_gflops", 1.2, "+1.2 points"),
+    ("cpu_seconds", 6.719, "6.719 s"), ("shapes_train_images", 10000, "10,000"), ("device", "cpu", "cpu")])
+def test_headline_figures_are_shown_with_their_units(name, value, shown):
+    from course_utils.report import readable
+    assert readable(name, value) == shown

@@ -32,6 +32,8 @@ from tqdm.auto import tqdm
 from nbconvert import HTMLExporter
 from traitlets.config import Config
 
+from course_utils.report import readable
+
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build"
 # IPC transport (unix sockets) instead of TCP on localhost: the kernel then has no plain-text
@@ -105,10 +107,6 @@ def lesson_cell_index(executed: Path, index: int) -> int:
     return index - sum(1 for c in cells[:index] if "injected-parameters" in c.metadata.get("tags", []))
 
 
-def show(value) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
 def report(result: dict, out: Path) -> None:
     where = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
     if result["error"]:
@@ -117,7 +115,7 @@ def report(result: dict, out: Path) -> None:
         return
     print(f"{result['name']} done in {result['seconds']:.0f} s -> {where}", flush=True)
     for k, v in result["figures"].items():
-        print(f"    {k}: {show(v)}", flush=True)
+        print(f"    {k}: {readable(k, v)}", flush=True)
 
 
 def export_html(executed: Path) -> Path | None:
@@ -139,7 +137,7 @@ def write_index(results: list[dict], scale: str) -> Path:
         if r["error"]:
             figures = f'<pre class="error">{html.escape(r["error"])}</pre>'
         else:
-            figures = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(show(v))}</td></tr>"
+            figures = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(readable(k, v))}</td></tr>"
                               for k, v in r["figures"].items())
             figures = f"<table>{figures}</table>"
         rows.append(f"<tr><td>{link}</td><td>{r['seconds']:.0f} s<br><small>{html.escape(str(r['threads']))} "

@@ -225,7 +225,7 @@ def batch_step(page, control: str, patterns: dict[str, str]) -> tuple[float, dic
 
 
 WIDGETS = {  # lesson: (a control only its widget has, what grows with the batch, what must not)
-    "01_resource_ledger": ("width", r"'activation_bytes': (\d+)", r"'param_bytes': (\d+)"),
+    "01_resource_ledger": ("width", r"kept for backward: ([\d.]+) MB", r"parameters: ([\d.]+) MB"),
     "06_training_memory": ("recompute", r"activations: ([\d.]+) GiB", r"(?m)^params: ([\d.]+) GiB"),
 }
 

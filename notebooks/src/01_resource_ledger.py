@@ -269,7 +269,8 @@ def predicted_ledger(batch=64, image_size=32, width=16, optimizer="adam"):
     ax.barh(list(lines), [v / 1e6 for v in lines.values()])
     ax.set_xlabel("MB"); ax.set_title(f"{p['flops'] / 1e9:.2f} GFLOP per step")
     plt.show()
-    return p
+    for name, value in lines.items():     # the bars as text, in one unit: readable and testable
+        print(f"{name}: {value / 1e6:.3f} MB")
 
 
 widgets.interact(predicted_ledger, batch=widgets.IntSlider(64, 8, 512, 8),

@@ -30,7 +30,7 @@ from course_utils.distributed.sharding import (STRATEGIES, full_params, local_pa
                                                local_shards, parallelize)
 from course_utils.experiments.toys import global_batch, make_stack, settings, shard
 from course_utils.ledger import measure
-from course_utils.models import to_device
+from course_utils.ledger.fake import to_device
 
 DEFAULTS = dict(width=64, depth=4, batch=8, steps=3, lr=1e-3, seed=0)
 

@@ -25,6 +25,7 @@ import contextlib
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from .. import checks
 
@@ -113,3 +114,13 @@ def fake_world(world_size: int):
         yield init_device_mesh("cpu", (world_size,))
     finally:
         dist.destroy_process_group()
+
+
+def to_device(module: nn.Module, device) -> nn.Module:
+    """``module.to(device)``, except for a module of fake tensors already there
+    (course_utils.ledger.fake_mode): those cannot be moved, not even to their own device."""
+    device = torch.device(device)
+    tensors = list(module.parameters()) + list(module.buffers())
+    if tensors and all(is_fake(t) and t.device == device for t in tensors):
+        return module
+    return module.to(device)

@@ -13,7 +13,7 @@ import time
 import torch
 
 from .. import checks
-from ..models import to_device
+from .fake import to_device
 from ..objectives.simclr import nt_xent_loss, nt_xent_loss_tiled
 from ..optim import make_optimizer
 from ..transformer import RECOMPUTE_MODES, TinyGPT, random_tokens

@@ -5,7 +5,8 @@
   ``sincos_position_embedding_2d``; its pieces (patchify, embed, encode tokens) run separately for MAE.
 - ``heads.py``: ``MLP`` and ``ProjectionHead``.
 - here: ``build_encoder(name, image_size, in_channels)`` for the names in ``ENCODERS``,
-  ``count_parameters``, ``clone_module`` and ``to_device``.
+  ``count_parameters`` and ``clone_module`` (``to_device``, for fake tensors, is the ledger's:
+  ``course_utils.ledger.fake``).
 
 Every model is small enough to train on two CPU cores at the lessons' CI/default scales and plain
 enough that the ledger (course_utils.ledger) sees every operation: ReLUs are not in place (an
@@ -38,7 +39,6 @@ __all__ = [
     "build_encoder",
     "count_parameters",
     "clone_module",
-    "to_device",
     "ENCODERS",
 ]
 
@@ -102,14 +102,3 @@ def clone_module(module: nn.Module) -> nn.Module:
         memo[id(b)] = b.detach().clone()
     with torch.no_grad():
         return copy.deepcopy(module, memo)
-
-
-def to_device(module: nn.Module, device) -> nn.Module:
-    """``module.to(device)``, except for a module of fake tensors already there
-    (course_utils.ledger.fake_mode): those cannot be moved, not even to their own device."""
-    from ..ledger.fake import is_fake   # here: the ledger imports the models
-    device = torch.device(device)
-    tensors = list(module.parameters()) + list(module.buffers())
-    if tensors and all(is_fake(t) and t.device == device for t in tensors):
-        return module
-    return module.to(device)

@@ -55,7 +55,7 @@ def recompute_tradeoff(layers: int, hidden: int, heads: int, vocab: int, seq: in
     """For each recomputation mode: stored activation bytes and FLOPs (ledger) and the median
     wall time of a training step, plus ratios to ``"none"``.
 
-    Rows: mode, activation_bytes, flops, seconds, memory_ratio, flops_ratio, time_ratio, and
+    Rows: mode, activation_bytes, flops, forward_flops, seconds, memory_ratio, flops_ratio, time_ratio, and
     mfu: the step's FLOPs per second over this machine's measured matmul peak (``speed``).
     """
     checks.positive_int(repeats, "repeats")
@@ -67,7 +67,7 @@ def recompute_tradeoff(layers: int, hidden: int, heads: int, vocab: int, seq: in
                              device=device)
         seconds = _median_step_time(lambda: model.loss(x, y).backward(), repeats)
         rows.append({"mode": mode, "activation_bytes": record.activation_bytes,
-                     "flops": record.flops, "seconds": seconds,
+                     "flops": record.flops, "forward_flops": record.forward_flops, "seconds": seconds,
                      "mfu": utilisation(record.flops, seconds, device)["mfu"]})
     base = next((r for r in rows if r["mode"] == "none"), rows[0])
     for r in rows:

@@ -185,8 +185,9 @@ def test_tensor_parallel_mlp_equals_unsplit_with_two_all_reduces(ranks):
 
 
 @pytest.mark.parametrize("p, m", [(4, 16), (8, 32)])
-def test_zero_bubble_needs_about_twice_1f1b_memory_not_all_m(p, m):
-    """ZB-H2's trade: (p-1)(F+B-W) is reached holding 2p-1 micro-batches, and no sooner."""
+def test_zero_bubble_reaches_its_formula_within_2p_minus_1_not_at_1f1b_memory(p, m):
+    """The greedy zero-bubble rule reaches (p-1)(F+B_input-W) when it may hold 2p-1 micro-batches
+    (lesson 09 finds the smallest cap that does, p+1 or p+2), not at 1F1B's p, and never needs m."""
     formula = pp.zero_bubble_formula(p, m)
     h2 = pp.simulate("zero_bubble", p, m, max_in_flight=2 * p - 1)
     assert h2.bubble_fraction == pytest.approx(formula) and h2.peak_activations(0) == 2 * p - 1 < m

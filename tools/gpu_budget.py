@@ -135,17 +135,7 @@ class Work:
         return self.count * self.flops_each
 
 
-def _resnet(p, num_classes=0, width_key="width"):
-    from course_utils.models import SmallResNet
-    kwargs = dict(width=p[width_key], num_classes=num_classes)
-    if "blocks" in p:
-        kwargs["blocks"] = tuple(p["blocks"])
-    return SmallResNet(**kwargs)
-
-
 def work_01(p) -> list[Work]:
-    import torch.nn as nn  # noqa: F401
-
     from course_utils.models import SmallResNet
     from course_utils.objectives import Supervised
     build = lambda: Supervised(SmallResNet(width=p["train_width"], num_classes=10))  # noqa: E731

@@ -244,7 +244,7 @@ def check_lessons(scale: str, out_dir: Path, deadline: float, lessons=LESSONS,
         headline_file.unlink(missing_ok=True)
         os.environ["COURSE_HEADLINE_FILE"] = str(headline_file)
         peak_file = out_dir / "peaks" / f"{nb.stem}.json"
-        source = _with_peak_cell(nb, peak_file, out_dir / "inputs")
+        source = _instrumented_copy(nb, peak_file, out_dir / "inputs")
         start = time.perf_counter()
         try:
             pm.execute_notebook(str(source), str(out_dir / nb.name), parameters={"SCALE": scale},
@@ -318,7 +318,7 @@ with open({path!r}, "w") as _f:
 """
 
 
-def _with_peak_cell(nb: Path, peak_file: Path, folder: Path) -> Path:
+def _instrumented_copy(nb: Path, peak_file: Path, folder: Path) -> Path:
     """A copy of the lesson with a cell after its parameters that stands in for datasets it
     cannot download, and one last cell that writes its CUDA peak to ``peak_file`` (the lesson
     runs in a kernel of its own, whose memory statistics this process cannot read)."""

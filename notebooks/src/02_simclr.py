@@ -408,8 +408,6 @@ floor = max((random_probe, untouched_probe), key=lambda p: p["linear"])
 floor_name = "BN calibrated" if floor is random_probe else "BN as built"
 floor_rows = random_rows if floor is random_probe else untouched_rows
 floor_spread = max(r["linear"] for r in floor_rows) - min(r["linear"] for r in floor_rows)
-random_colour_r2 = sum(r["colour R²"] for r in random_rows) / len(random_rows)
-random_probe_spread = max(r["linear"] for r in random_rows) - min(r["linear"] for r in random_rows)
 
 model = build_simclr()
 main_run = simclr_run(model, augment)

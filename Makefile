@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: course test lab notebooks benchmarks assignments clean
+.PHONY: course site test lab notebooks benchmarks assignments clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ $(STAMP): $(PY) pyproject.toml
 ## NB=--plan: run nothing, print each lesson's times and its gpu time predicted on a T4)
 course: $(STAMP)
 	$(PY) tools/run_course.py --scale $${COURSE_SCALE:-default} $(if $(JOBS),--jobs $(JOBS)) $(NB)
+
+## make site: build/index.html and a page per lesson from the lessons `make course` executed into
+## build/ (make course rebuilds it as each lesson finishes; open build/index.html in a browser)
+site: $(STAMP)
+	$(PY) tools/course_site.py
 
 ## make test: unit tests + every notebook end to end under nbval at CI scale (-rs: say what was
 ## skipped and why, e.g. the browser test without Chromium)

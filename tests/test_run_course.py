@@ -1,6 +1,6 @@
 """`make course` (tools/run_course.py) talks to its user: per lesson, as soon as it finishes, its
 time, headline figures and executed notebook; on an error, the failing cell; no kernel TCP
-warning; build/index.html linking each lesson's HTML export beside its figures and time."""
+warning; build/index.html (tools/course_site.py) linking each lesson's HTML export beside its figures."""
 from __future__ import annotations
 
 import sys
@@ -40,9 +40,9 @@ def test_course_runner_reports_each_lesson_and_writes_an_index(tmp_path, monkeyp
     assert "ZeroDivisionError: division by zero" in out and "build/02_broken.ipynb" in out
     assert "Executing:" in err  # papermill's per-cell progress bar
     assert "without encryption" not in out + err
-    index = (tmp_path / "build" / "index.html").read_text()
+    index = (tmp_path / "build" / "index.html").read_text()   # the site's landing page
     assert '<a href="01_fine.html">01_fine</a>' in index and "<td>answer</td><td>42</td>" in index
-    assert "ZeroDivisionError" in index
+    assert "ZeroDivisionError" in index and "cell 2 of notebooks/02_broken.ipynb" in index
     exported = (tmp_path / "build" / "01_fine.html").read_text()
     assert "answer  42" in exported and "<html" in exported  # the headline table, exported
 

@@ -3,8 +3,8 @@
 Each notebook records its headline figures with ``course_utils.report.headline`` into the file
 named by $COURSE_HEADLINE_FILE, which this runner sets per notebook. As each lesson finishes the
 runner prints its time, its headline figures and where the executed notebook is (or, on an error,
-the failing cell), exports it to HTML, and rewrites build/index.html: one page linking every
-executed lesson beside its figures and time.
+the failing cell), and rebuilds the site (tools/course_site.py): build/index.html shows every executed
+lesson's figures, one plot and time, and links its HTML page.
 
 On a CPU machine two lessons run at once (``--jobs``), each kernel with half the cores as torch
 threads: the lessons train small models whose steps do not scale to every core (a lesson 03 MoCo
@@ -16,7 +16,6 @@ lesson at a time with every core and a per-cell progress bar, as a reader's own 
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import os
 import sys
@@ -29,10 +28,12 @@ from pathlib import Path
 import nbformat
 import papermill as pm
 from tqdm.auto import tqdm
-from nbconvert import HTMLExporter
 from traitlets.config import Config
 
 from course_utils.report import readable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import course_site  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build"
@@ -54,8 +55,10 @@ def lessons(only: list[str]) -> list[Path]:
 
 
 def execute(nb: Path, out: Path, scale: str, progress_bar: bool = True) -> dict:
-    """Run one lesson; {"name", "seconds", "figures", "error", "html", "threads"} (error: None or
-    a sentence; html: the exported page or None)."""
+    """Run one lesson; {"name", "seconds", "figures", "error", "threads"} (error: None or a
+    sentence). Plots go inline whatever MPLBACKEND the caller has (``make test`` sets Agg), so the
+    executed copy and the site carry them."""
+    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     headline_file = out.parent / "headlines" / f"{nb.stem}.json"   # out.parent: the build folder
     headline_file.parent.mkdir(parents=True, exist_ok=True)
     headline_file.unlink(missing_ok=True)
@@ -75,7 +78,7 @@ def execute(nb: Path, out: Path, scale: str, progress_bar: bool = True) -> dict:
     seconds = time.time() - start
     figures = json.loads(headline_file.read_text()) if headline_file.exists() else {}
     return {"name": nb.stem, "seconds": seconds, "figures": figures, "error": error,
-            "html": export_html(out), "threads": os.environ.get("OMP_NUM_THREADS", "all")}
+            "threads": os.environ.get("OMP_NUM_THREADS", "all")}
 
 
 def _execute_in_worker(nb: Path, out: Path, scale: str) -> dict:
@@ -118,46 +121,11 @@ def report(result: dict, out: Path) -> None:
         print(f"    {k}: {readable(k, v)}", flush=True)
 
 
-def export_html(executed: Path) -> Path | None:
-    """The executed notebook as one self-contained HTML page (plots embedded), or None."""
-    if not executed.exists():
-        return None
-    body, _ = HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
-    target = executed.with_suffix(".html")
-    target.write_text(body)
-    return target
-
-
-def write_index(results: list[dict], scale: str) -> Path:
-    """build/index.html: every executed lesson, its time, its headline figures, a link."""
-    rows = []
-    for r in results:
-        link = f'<a href="{html.escape(r["name"])}.html">{html.escape(r["name"])}</a>' \
-            if r.get("html") else html.escape(r["name"])
-        if r["error"]:
-            figures = f'<pre class="error">{html.escape(r["error"])}</pre>'
-        else:
-            figures = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(readable(k, v))}</td></tr>"
-                              for k, v in r["figures"].items())
-            figures = f"<table>{figures}</table>"
-        rows.append(f"<tr><td>{link}</td><td>{r['seconds']:.0f} s<br><small>{html.escape(str(r['threads']))} "
-                    f"thread(s)</small></td><td>{figures}</td></tr>")
-    page = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>Training-ledger course: results (SCALE={scale})</title>
-<style>body{{font-family:sans-serif;margin:2em}} td{{vertical-align:top;padding:2px 8px}}
-.error{{color:#b00}} table table td{{padding:0 8px 0 0}}</style></head>
-<body><h1>Training-ledger course: results at SCALE={html.escape(scale)}</h1>
-<p>Each lesson as executed by <code>make course</code>, with its headline figures and time.</p>
-<table><tr><th>lesson</th><th>time</th><th>headline figures</th></tr>
-{chr(10).join(rows)}
-</table></body></html>
-"""
-    index = BUILD / "index.html"
-    index.write_text(page)
+def record_times(results: list[dict], scale: str) -> None:
+    """build/times-SCALE.json: each lesson's latest time (the next run starts the longest first)."""
     times_file = BUILD / f"times-{scale}.json"
     times = {**_read_times(times_file), **{r["name"]: round(r["seconds"], 1) for r in results}}
     times_file.write_text(json.dumps(times, indent=1, sort_keys=True))
-    return index
 
 
 def _read_times(path: Path) -> dict:
@@ -179,7 +147,9 @@ def run(scale: str, only: list[str], jobs: int | None = None) -> int:
         report(result, BUILD / f"{result['name']}.ipynb")
         results.append(result)
         results.sort(key=lambda r: r["name"])
-        write_index(results, scale)
+        record_times(results, scale)
+        course_site.build_site(BUILD, errors={r["name"]: r["error"] for r in results if r["error"]},
+                               export=[result["name"]])
 
     if jobs == 1:
         for i, nb in enumerate(notebooks, 1):

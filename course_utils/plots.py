@@ -257,8 +257,8 @@ def what_fits_widget():
 
 def planner_widget():
     """Lesson 11's planner: model (SimCLR / MoCo v2 / MAE / GPT), batch, size, precision,
-    optimizer, MoCo's queue, MAE's mask ratio, devices, parallelism, recomputation, device
-    memory, peak and MFU -> the six ledger lines per device, measured live on fake tensors
+    optimizer, MoCo's queue, MAE's mask ratio, devices, parallelism, recomputation, attention,
+    device memory, peak and MFU -> the six ledger lines per device, measured live on fake tensors
     (``ledger.plan.plan_run``), whether it fits and the predicted step time."""
     import ipywidgets as w
 
@@ -268,16 +268,21 @@ def planner_widget():
     from .report import show_table
 
     def show(model, per_device_batch, size, precision, optimizer, queue_size, mask_ratio, devices,
-             strategy, recompute, device_gb, peak_tflops, mfu):
+             strategy, recompute, attention, device_gb, peak_tflops, mfu):
         try:
             plan = plan_run(model, per_device_batch=per_device_batch, size=size, devices=devices,
                             strategy=strategy, recompute=recompute, precision=precision,
                             optimizer=optimizer, queue_size=queue_size, mask_ratio=mask_ratio,
-                            device_bytes=device_gb * 1e9, peak_flops=peak_tflops * 1e12, mfu=mfu)
+                            attention=attention, device_bytes=device_gb * 1e9,
+                            peak_flops=peak_tflops * 1e12, mfu=mfu)
         except ValueError as err:   # e.g. FSDP for a ResNet: say why instead of a traceback
             print(err)
             return
         show_table(ledger_lines(plan["record"]))
+        if plan["gathered_bytes"]:
+            print(f"+ {plan['gathered_bytes'] / 1e9:.2f} GB of parameters FSDP gathers at a time")
+        for line in plan["assumptions"]:
+            print(f"  assumes {line}")
         verdict = "fits" if plan["fits"] else "does NOT fit"
         print(f"{verdict} on a {device_gb} GB device (margin {plan['margin_bytes'] / 1e9:+.1f} GB); "
               f"step ≈ {plan['step_seconds']:.2f} s at {mfu:.0%} MFU of {peak_tflops} TFLOP/s")
@@ -298,6 +303,7 @@ def planner_widget():
         devices=w.Dropdown(options=[1, 8, 64, 512, 1024], value=64),
         strategy=w.Dropdown(options=["ddp", "fsdp"], value="fsdp"),
         recompute=w.Dropdown(options=["none", "selective", "full"], value="none"),
+        attention=w.Dropdown(options=["sdpa", "eager"], value="sdpa"),
         device_gb=w.Dropdown(options=[16, 24, 40, 80, 141], value=80),
         peak_tflops=w.FloatText(value=312.0), mfu=w.FloatSlider(value=0.4, min=0.05, max=0.8, step=0.05),
     )

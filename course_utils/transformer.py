@@ -23,6 +23,11 @@ turns this into bytes)::
     ---------------------------------
     16·s·b·h + a·s²·b elements, + 4·s·b for the two layer norms' statistics
 
+Attention (``attention=``): ``"eager"`` (above: the s² probabilities P are kept, what lesson 06
+teaches) or ``"sdpa"``, torch's fused ``scaled_dot_product_attention`` (flash attention on a GPU,
+its CPU flash kernel here), which keeps q, k, v, its output and one log-sum-exp per row
+(a·s·b fp32) and recomputes the probabilities in backward: no s² term, what a real run uses.
+
 Recomputation (``recompute=``): ``"selective"`` wraps only the attention core (scores, softmax,
 P @ v) in ``torch.utils.checkpoint`` so P (the a·s²·b term) is recomputed in backward instead of
 stored; ``"full"`` wraps each whole block so only its input x (s·b·h) is stored.
@@ -40,6 +45,7 @@ from torch.utils.checkpoint import checkpoint
 from . import checks
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+ATTENTION_KINDS = ("eager", "sdpa")
 
 
 def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -53,12 +59,14 @@ def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, hidden: int, heads: int, seq_len: int, selective: bool = False):
+    def __init__(self, hidden: int, heads: int, seq_len: int, selective: bool = False,
+                 attention: str = "eager"):
         super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden={hidden} must be divisible by heads={heads}")
         self.heads = heads
         self.selective = selective
+        self.attention = checks.choice(attention, "attention", ATTENTION_KINDS)
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.proj = nn.Linear(hidden, hidden)
         # additive mask: adding a constant saves nothing for backward (masked_fill would save a mask)
@@ -74,7 +82,9 @@ class CausalSelfAttention(nn.Module):
 
         q, k, v = (heads_first(t) for t in self.qkv(x).split(h, dim=-1))
         bias = self.causal_bias[:s, :s]
-        if self.selective and torch.is_grad_enabled():
+        if self.attention == "sdpa":   # fused: nothing s² is kept, so nothing to recompute
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif self.selective and torch.is_grad_enabled():
             # Korthikanti et al.'s selective recomputation: drop the s² attention tensors, keep q, k, v
             # the mask goes in through a closure: as a checkpoint input it would be stored too
             core = functools.partial(attention_core, causal_bias=bias)
@@ -88,10 +98,11 @@ class CausalSelfAttention(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)); MLP width 4h."""
 
-    def __init__(self, hidden: int, heads: int, seq_len: int, selective: bool = False):
+    def __init__(self, hidden: int, heads: int, seq_len: int, selective: bool = False,
+                 attention: str = "eager"):
         super().__init__()
         self.ln1 = nn.LayerNorm(hidden)
-        self.attn = CausalSelfAttention(hidden, heads, seq_len, selective=selective)
+        self.attn = CausalSelfAttention(hidden, heads, seq_len, selective=selective, attention=attention)
         self.ln2 = nn.LayerNorm(hidden)
         self.fc1 = nn.Linear(hidden, 4 * hidden)
         self.fc2 = nn.Linear(4 * hidden, hidden)
@@ -107,15 +118,23 @@ class TinyGPT(nn.Module):
 
     ``recompute`` in {"none", "selective", "full"}; ``recompute_blocks`` (indices) limits it to
     some blocks (None = every block), e.g. full recomputation of every second block.
+    ``attention`` "eager" (the s² probabilities written out) or "sdpa" (fused; see the module
+    docstring). Selective recomputation is of eager attention's s² tensors: with "sdpa" there are
+    none, so it is refused.
     """
 
     def __init__(self, vocab: int = 256, seq_len: int = 64, layers: int = 2, hidden: int = 64,
-                 heads: int = 4, recompute: str = "none", recompute_blocks=None):
+                 heads: int = 4, recompute: str = "none", recompute_blocks=None,
+                 attention: str = "eager"):
         super().__init__()
         for name, value in dict(vocab=vocab, seq_len=seq_len, layers=layers, hidden=hidden,
                                 heads=heads).items():
             checks.positive_int(value, name)
         checks.choice(recompute, "recompute", RECOMPUTE_MODES)
+        checks.choice(attention, "attention", ATTENTION_KINDS)
+        if attention == "sdpa" and recompute == "selective":
+            raise ValueError("recompute='selective' recomputes eager attention's s² tensors, which "
+                             "attention='sdpa' never keeps: use recompute='none' or 'full' with sdpa")
         chosen = set(range(layers)) if recompute_blocks is None else set(recompute_blocks)
         if not chosen <= set(range(layers)):
             raise ValueError(f"recompute_blocks={sorted(chosen)} must be indices in 0..{layers - 1}")
@@ -124,7 +143,8 @@ class TinyGPT(nn.Module):
         self.wte = nn.Embedding(vocab, hidden)
         self.wpe = nn.Embedding(seq_len, hidden)
         self.blocks = nn.ModuleList(
-            Block(hidden, heads, seq_len, selective=(recompute == "selective" and i in chosen))
+            Block(hidden, heads, seq_len, selective=(recompute == "selective" and i in chosen),
+                  attention=attention)
             for i in range(layers))
         self.ln_f = nn.LayerNorm(hidden)
 

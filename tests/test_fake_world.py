@@ -98,10 +98,37 @@ def test_plan_run_gives_fit_margin_and_time():
     from course_utils.plots import planner_widget
     plan = plan_run("GPT 1.3B", per_device_batch=1, devices=8, strategy="fsdp", size=256,
                     device_bytes=80e9, peak_flops=1e14, mfu=0.5)
-    rec = plan["record"]
-    assert plan["needed_bytes"] == rec.resident_bytes + rec.activation_bytes
+    rec, h = plan["record"], 2048
+    # FSDP gathers the 16-bit root (embeddings, final norm) and two blocks at a time
+    assert plan["gathered_bytes"] == 2 * ((32000 + 256) * h + 2 * h + 2 * (12 * h * h + 13 * h))
+    assert plan["needed_bytes"] == rec.resident_bytes + rec.activation_bytes + plan["gathered_bytes"]
+    assert any("MixedPrecisionPolicy" in a for a in plan["assumptions"])
+    assert any("flash" in a for a in plan["assumptions"])
     assert plan["fits"] and plan["margin_bytes"] == 80e9 - plan["needed_bytes"]
     assert plan["step_seconds"] == rec.flops / 5e13 and rec.comm_bytes > 0
     with pytest.raises(ValueError):
         plan_run("SimCLR ResNet-50", per_device_batch=2, devices=8, strategy="fsdp")
     assert planner_widget() is not None
+
+
+GPT = dict(layers=2, hidden=64, heads=4, vocab=97, seq=32, batch=2)
+
+
+def _gpt_real(rank, world_size, attention):
+    from torch.distributed.device_mesh import init_device_mesh
+    from course_utils.ledger.plan import gpt_ledger
+    record = gpt_ledger(**GPT, strategy="fsdp", mesh=init_device_mesh("cpu", (world_size,)),
+                        attention=attention)
+    return {k: getattr(record, k) for k in LINES}
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_the_planners_fsdp_mixed_precision_step_fake_equals_real_gloo(attention):
+    """FSDP2's MixedPrecisionPolicy (bf16 gathers, fp32 reduce-scatter) and the parameters it
+    gathers and frees: the fake world books what two real gloo ranks measure, line by line."""
+    from course_utils.ledger.plan import gpt_ledger
+    real = launch(_gpt_real, 2, attention)[0]
+    with fake_world(2) as mesh, fake_mode():
+        fake = gpt_ledger(**GPT, strategy="fsdp", mesh=mesh, attention=attention)
+    assert fake.fake and real["comm_bytes"] > 0
+    assert {k: getattr(fake, k) for k in LINES} == real

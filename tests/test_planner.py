@@ -70,3 +70,40 @@ def test_planner_says_what_it_cannot_plan():
         plan_run("MoCo v2 ResNet-50", strategy="fsdp", **SMALL)
     with pytest.raises(ValueError):
         plan_run("GPT 1.3B", per_device_batch=1, devices=2, precision="fp8")
+
+
+def test_the_planner_keeps_what_cuda_autocast_keeps_for_eager_attention():
+    """On a CPU the planner still applies CUDA autocast's rules: softmax in fp32, so one eager
+    layer keeps 6 bytes per attention score (memory.tinygpt_layer_activation_bytes, autocast
+    'cuda'), not CPU autocast's 2, plus autocast's bf16 copies of the layer's four weight matrices
+    (12h² elements). A layer's cost is the difference between a 2- and a 1-layer model."""
+    from course_utils import memory as M
+    from course_utils.ledger.fake import fake_mode
+    from course_utils.ledger.plan import gpt_ledger
+    cfg = dict(hidden=64, heads=4, vocab=97, seq=32, batch=2)
+    kept = {}
+    for layers in (1, 2):
+        with fake_mode():
+            kept[layers] = gpt_ledger(layers=layers, **cfg, attention="eager").activation_bytes
+    layer = M.tinygpt_layer_activation_bytes(cfg["seq"], cfg["batch"], cfg["hidden"], cfg["heads"],
+                                             autocast="cuda")
+    assert kept[2] - kept[1] == layer + 2 * 12 * cfg["hidden"] ** 2
+
+
+def test_sdpa_keeps_no_attention_scores():
+    """Fused attention keeps its output and one fp32 log-sum-exp per row instead of the s²
+    probabilities: kept for backward is affine in the sequence (doubling s doubles the growth;
+    the constant is autocast's weight copies), eager's grows faster."""
+    from course_utils.ledger.fake import fake_mode
+    from course_utils.ledger.plan import gpt_ledger
+    kept = {}
+    for attention in ("sdpa", "eager"):
+        for seq in (64, 128, 256):
+            with fake_mode():
+                kept[attention, seq] = gpt_ledger(layers=2, hidden=64, heads=4, vocab=97, seq=seq,
+                                                  batch=1, attention=attention).activation_bytes
+
+    def growth_ratio(kind):
+        return (kept[kind, 256] - kept[kind, 128]) / (kept[kind, 128] - kept[kind, 64])
+    assert growth_ratio("sdpa") == pytest.approx(2, rel=1e-3)
+    assert growth_ratio("eager") > 2.5

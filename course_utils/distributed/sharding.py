@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from course_utils import checks
 from course_utils.distributed.comm_count import allreduce_mean_hook

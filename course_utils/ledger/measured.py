@@ -7,7 +7,9 @@
   engine whether a backward pass is running when each op executes;
 - ``activation_bytes``: the peak bytes held by ``torch.autograd.graph.saved_tensors_hooks``
   (what autograd keeps alive until backward), each storage counted once over the span its
-  saved views cover, parameters and buffers excluded because they are resident state;
+  saved views cover, parameters and buffers excluded because they are resident state (so are
+  the full parameters FSDP gathers for one unit: it frees them after the unit's forward and
+  gathers them again for backward);
 - resident state: ``param_bytes``, ``grad_bytes``, ``optimizer_bytes`` and ``cache_bytes``
   (tensors registered as caches, such as MoCo's queue);
 - ``comm_bytes``: with a process group (real, or ``fake_world``), the bytes this rank sends,
@@ -38,7 +40,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from ..distributed.comm_count import CollectiveCounter, ring_factor
 from .cuda import cuda_peak_bytes
@@ -47,6 +49,23 @@ from .record import LedgerRecord
 
 
 # --------------------------------------------------------------------------- FLOPs
+def _cpu_flash_flops(query, key, value, *args, out_val=None, **kwargs) -> int:
+    return sdpa_flop_count(query.shape, key.shape, value.shape)
+
+
+def _cpu_flash_backward_flops(grad_out, query, key, value, *args, out_val=None, **kwargs) -> int:
+    return sdpa_backward_flop_count(grad_out.shape, query.shape, key.shape, value.shape)
+
+
+# torch's registry counts the GPU flash/efficient/cuDNN attention kernels but not the CPU flash
+# kernel that scaled_dot_product_attention dispatches to here: the same formulas, so a planned
+# step counts the FLOPs its GPU run would: 4·b·s²·h forward (eager attention's two matmuls) and
+# 10·b·s²·h backward (eager's 8, plus the scores q·kᵀ flash recomputes instead of keeping them)
+_EXTRA_FLOPS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_flops,
+                torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward:
+                    _cpu_flash_backward_flops}
+
+
 class _FlopSplitter(TorchDispatchMode):
     """Counts FLOPs per op with the registry FlopCounterMode uses, split forward/backward."""
 
@@ -58,7 +77,7 @@ class _FlopSplitter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        formula = flop_registry.get(func._overloadpacket)
+        formula = flop_registry.get(func._overloadpacket) or _EXTRA_FLOPS.get(func._overloadpacket)
         if formula is not None:
             n = int(formula(*args, **kwargs, out_val=out))
             # -1 means "no autograd graph task running on this thread": forward.
@@ -114,8 +133,8 @@ class _SavedTensorTracker:
         if tensor.layout != torch.strided or tensor.device.type == "meta" or tensor.numel() == 0:
             return holder
         key = storage_key(tensor)
-        if key in self.exclude:
-            return holder
+        if key in self.exclude or isinstance(tensor, nn.Parameter) or isinstance(tensor._base, nn.Parameter):
+            return holder   # resident state, or parameters FSDP gathered (and frees after forward)
         esize = tensor.element_size()
         start = tensor.storage_offset() * esize
         extent = sum((n - 1) * abs(st) for n, st in zip(tensor.shape, tensor.stride())) + 1

@@ -13,6 +13,7 @@ import warnings
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from .. import checks
 from ..memory import PRECISIONS
@@ -26,9 +27,34 @@ from .measured import measure
 AUTOCAST_DTYPES = {"fp32": None, "bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
 
 
+class _CudaAutocastRules(TorchFunctionMode):
+    """Inside CPU autocast, run the ops CUDA autocast runs in fp32 (its "fp32" list) in fp32.
+
+    The planner runs on a CPU but plans a GPU run, and the two autocasts differ where it matters
+    for memory: CPU autocast runs softmax in bf16 (eager attention keeps its s² probabilities in
+    2 bytes), CUDA autocast in fp32 (4 bytes kept by softmax, plus the 2-byte copy the next matmul
+    saves). Only the ops of CUDA's fp32 list that the planned models call are listed; the rest
+    of both lists agree for them (matmuls and convolutions in bf16, everything else as its input).
+    """
+    FP32_OPS = {torch.softmax, torch.Tensor.softmax, F.softmax, torch.log_softmax,
+                torch.Tensor.log_softmax, F.log_softmax, F.layer_norm, F.cross_entropy}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.FP32_OPS and torch.is_autocast_enabled("cpu"):
+            args = tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+        return func(*args, **kwargs)
+
+
 def _autocast(precision: str):
+    """The forward's autocast for ``precision``, with CUDA's rules (``_CudaAutocastRules``)."""
     dtype = AUTOCAST_DTYPES[checks.choice(precision, "precision", PRECISIONS)]
-    return contextlib.nullcontext() if dtype is None else torch.autocast("cpu", dtype=dtype)
+    if dtype is None:
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.autocast("cpu", dtype=dtype))
+    stack.enter_context(_CudaAutocastRules())
+    return stack
 
 
 def _ddp(model: nn.Module) -> nn.Module:
@@ -158,14 +184,24 @@ def ssl_ledger(objective: str, batch: int, *, image_size: int = 224, queue_size:
 
 def gpt_ledger(*, layers: int, hidden: int, heads: int, vocab: int, seq: int, batch: int,
                strategy: str = "single", mesh=None, recompute: str = "none",
-               precision: str = "bf16-mixed", optimizer: str = "adamw"):
+               precision: str = "bf16-mixed", optimizer: str = "adamw", attention: str = "sdpa"):
     """Ledger of one step of a GPT-like ``TinyGPT`` (tied head, MLP 4h) on ``batch`` sequences
-    of ``seq`` tokens per rank. Default: AdamW, forward in bf16 autocast, which keeps fp32
-    parameters, gradients and moments (4 + 4 + 8 = 16 bytes per parameter). ``strategy``:
-    'single', 'ddp' (gradients all-reduced through ``allreduce_mean_hook``) or 'fsdp' (FSDP2 per
-    block and at the root, over ``mesh``).
+    of ``seq`` tokens per rank, as a GPU run would keep it. ``strategy``: 'single', 'ddp'
+    (gradients all-reduced through ``allreduce_mean_hook``) or 'fsdp' (FSDP2 per block and at the
+    root, over ``mesh``).
+
+    ``attention``: 'sdpa' (fused, as real runs use: no s² tensor kept) or 'eager' (the s²
+    probabilities written out, lesson 06's model). ``precision`` 'bf16-mixed' (default) or
+    'fp16-mixed' is applied as a GPU run applies it:
+
+    - single/DDP: autocast with CUDA's rules (``_CudaAutocastRules``: softmax in fp32), fp32
+      parameters, gradients and AdamW moments (4 + 4 + 8 = 16 bytes per parameter); the 16-bit
+      weight copies autocast makes are kept for backward (2 bytes per parameter);
+    - FSDP2: its ``MixedPrecisionPolicy`` (16-bit parameters gathered per unit and freed after
+      its forward, gradients reduce-scattered in fp32, as TorchTitan configures it), no autocast:
+      the same 16 bytes per parameter, sharded; activations all 16-bit; no weight copies kept.
     """
-    from ..distributed.sharding import fully_shard
+    from ..distributed.sharding import MixedPrecisionPolicy, fully_shard
     from ..optim import make_optimizer
     from ..transformer import TinyGPT
     checks.choice(strategy, "strategy", ("single", "ddp", "fsdp"))
@@ -173,21 +209,25 @@ def gpt_ledger(*, layers: int, hidden: int, heads: int, vocab: int, seq: int, ba
     if strategy != "single" and mesh is None:
         raise ValueError(f"strategy={strategy!r} needs mesh= (e.g. the one fake_world yields)")
     torch.manual_seed(0)
-    model = TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute)
-    module = model
+    model = TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute, attention=attention)
+    module, forward_precision = model, precision
     if strategy == "ddp":
         module = _ddp(model)
     elif strategy == "fsdp":
+        dtype = AUTOCAST_DTYPES[precision]
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) \
+            if dtype is not None else MixedPrecisionPolicy()
         for block in model.blocks:
-            fully_shard(block, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(block, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        forward_precision = "fp32"   # the policy casts; no autocast on top
     opt = make_optimizer(optimizer, model.parameters(), lr=3e-4, foreach=False)
     tokens = torch.randint(vocab, (batch, seq + 1), generator=torch.Generator().manual_seed(0))
     x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with _autocast(precision):
+        with _autocast(forward_precision):
             logits = module(x)
         F.cross_entropy(logits.flatten(0, 1).float(), y.flatten()).backward()
         opt.step()
@@ -218,17 +258,20 @@ PLANNED_MODELS = (*SSL_MODELS, *GPT_SIZES)
 def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str = "ddp",
              recompute: str = "none", size: int | None = None, precision: str | None = None,
              optimizer: str | None = None, queue_size: int = 65536, mask_ratio: float = 0.75,
-             device_bytes: float = 80e9, peak_flops: float = 312e12, mfu: float = 0.4) -> dict:
+             attention: str = "sdpa", device_bytes: float = 80e9, peak_flops: float = 312e12,
+             mfu: float = 0.4) -> dict:
     """Measure one step of ``model`` (``PLANNED_MODELS``) on fake tensors and ``devices`` fake
-    ranks; return the per-device ledger ``record``, ``needed_bytes`` (resident + kept for
-    backward), ``fits``, ``margin_bytes`` (device_bytes − needed) and ``step_seconds`` =
-    FLOPs / (peak × MFU) per device.
+    ranks; return the per-device ledger ``record``, ``gathered_bytes`` (FSDP: the full 16-bit
+    parameters of the root and of two blocks, the one computing and the one prefetched; counted,
+    not measured), ``needed_bytes`` (resident + kept for backward + gathered), ``fits``,
+    ``margin_bytes`` (device_bytes − needed), ``step_seconds`` = FLOPs / (peak × MFU) per device
+    and ``assumptions``, the sentences to print beside the plan.
 
     ``size``: image size (SSL models, default 224) or sequence length (GPT, default 4096).
     ``precision`` (``memory.PRECISIONS``; default fp32 for the SSL models, bf16-mixed for GPT)
     and ``optimizer`` (``optim.OPTIMIZERS``; default each model's usual) change the step
-    measured. ``strategy`` 'ddp' or 'fsdp' and ``recompute`` apply to GPT only; ``queue_size``
-    to MoCo, ``mask_ratio`` to MAE."""
+    measured. ``strategy`` 'ddp' or 'fsdp', ``recompute`` and ``attention`` ('sdpa' or 'eager',
+    see ``gpt_ledger``) apply to GPT only; ``queue_size`` to MoCo, ``mask_ratio`` to MAE."""
     from .fake import fake_mode, fake_world
     checks.choice(model, "model", PLANNED_MODELS)
     checks.positive_int(devices, "devices")
@@ -237,20 +280,49 @@ def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str =
     if not gpt and recompute != "none":
         raise ValueError(f"recompute={recompute!r} is wired for the GPT models only; "
                          f"plan {model} with recompute='none'")
+    precision = precision or ("bf16-mixed" if gpt else "fp32")
+    strategy = strategy if devices > 1 else "single"
+    gathered = 0
     with fake_world(max(devices, 2)) as mesh, fake_mode():   # one device: no collectives issued
         if gpt:
-            record = gpt_ledger(**GPT_SIZES[model], vocab=32000, seq=size or 4096,
-                                batch=per_device_batch, strategy=strategy if devices > 1 else "single",
-                                mesh=mesh, recompute=recompute, precision=precision or "bf16-mixed",
-                                optimizer=optimizer or "adamw")
+            shape = GPT_SIZES[model]
+            record = gpt_ledger(**shape, vocab=32000, seq=size or 4096, batch=per_device_batch,
+                                strategy=strategy, mesh=mesh, recompute=recompute,
+                                precision=precision, optimizer=optimizer or "adamw",
+                                attention=attention)
+            if strategy == "fsdp":
+                h, seq = shape["hidden"], size or 4096
+                root, block = 32000 * h + seq * h + 2 * h, 12 * h * h + 13 * h
+                gathered = (2 if precision != "fp32" else 4) * (root + 2 * block)
         else:
             record = ssl_ledger(SSL_MODELS[model], per_device_batch, image_size=size or 224,
                                 ddp=devices > 1, queue_size=queue_size, mask_ratio=mask_ratio,
-                                optimizer=optimizer, precision=precision or "fp32")
-    needed = record.resident_bytes + record.activation_bytes
-    return {"record": record, "needed_bytes": needed, "fits": needed <= device_bytes,
-            "margin_bytes": device_bytes - needed,
-            "step_seconds": record.flops / (peak_flops * mfu)}
+                                optimizer=optimizer, precision=precision)
+    needed = record.resident_bytes + record.activation_bytes + gathered
+    return {"record": record, "gathered_bytes": gathered, "needed_bytes": needed,
+            "fits": needed <= device_bytes, "margin_bytes": device_bytes - needed,
+            "step_seconds": record.flops / (peak_flops * mfu),
+            "assumptions": assumptions(gpt, strategy, precision, attention)}
+
+
+def assumptions(gpt: bool, strategy: str, precision: str, attention: str) -> list[str]:
+    """What a plan assumes about the GPU run, in words (``plan_run`` returns them)."""
+    said = []
+    if gpt:
+        said.append("attention: fused scaled_dot_product_attention (flash: no s² scores kept)"
+                    if attention == "sdpa" else
+                    "attention: eager, the s² probabilities kept (6 bytes per score under autocast)")
+    if precision == "fp32":
+        said.append("precision: fp32 throughout")
+    elif strategy == "fsdp":
+        said.append(f"precision: FSDP2 MixedPrecisionPolicy ({precision[:4]} parameters gathered per "
+                    "block, fp32 gradient reduce-scatter, fp32 sharded state), no autocast")
+    else:
+        said.append(f"precision: CUDA autocast {precision[:4]} (softmax fp32), fp32 state; the "
+                    "16-bit weight copies it makes are kept for backward")
+    said.append("not counted: allocator caching and fragmentation, kernel workspaces, "
+                "temporaries freed inside one op, communication buffers")
+    return said
 
 
 def ledger_lines(record) -> list[dict]:

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from course_utils.exercises import check_close, check_equal
 from course_utils.ledger import fake_mode, fake_world, recompute_tradeoff, utilisation
+from course_utils.ledger.plan import assumptions as plan_assumptions
 from course_utils.ledger.plan import (gathered_negatives_ledger, gpt_ledger, ledger_lines, plan_run,
                                       resnet50_encoder, ssl_ledger, vit_large_16)
 from course_utils.models import SmallResNet
@@ -218,8 +219,23 @@ print(f"encoding the visible patches only saves {mae_speed_up:.2f}x the FLOPs "
 # ### A 7B GPT-like model: DDP vs FSDP2, 8 and 64 GPUs, with and without recomputation
 #
 # Our GPT-like model (tied head, MLP 4h, 32 layers of width 4096, sequence 4096, one sequence
-# per GPU) is close to LLaMA-7B's shape; LLaMA's SwiGLU MLP and separate output layer differ. The
-# forward runs in bf16 autocast with AdamW.
+# per GPU) is close to LLaMA-7B's shape; LLaMA's SwiGLU MLP and separate output layer differ,
+# and AdamW trains it. A plan is only as good as its guess of what the GPU run keeps, and two
+# choices a CPU would make differently decide most of it, so the planner makes them as a GPU
+# run does (its assumptions are printed below the table):
+#
+# - **Attention** goes through torch's fused `scaled_dot_product_attention` (flash attention on
+#   a GPU, its CPU flash kernel here): it keeps q, k, v, its output and one log-sum-exp per row,
+#   and recomputes the s² probabilities in backward. Eager attention, lesson 06's model, keeps
+#   them: one extra row below shows what that costs at sequence 4096.
+# - **Mixed precision** as each strategy applies it on a GPU. DDP runs under CUDA's autocast:
+#   bf16 matmuls, softmax in fp32 (CPU autocast would run it in bf16), fp32 weights, gradients
+#   and AdamW moments, and the bf16 copy of every weight that autocast makes is kept for
+#   backward. FSDP2 uses its `MixedPrecisionPolicy` instead, as TorchTitan does: bf16 parameters
+#   gathered one block at a time and freed after that block's forward, gradients reduce-scattered
+#   in fp32, no autocast and no weight copies. While a block computes, the next one is being
+#   gathered, and the root (embeddings, final norm) stays gathered from forward to backward:
+#   the "gathered" column counts those bf16 parameters, which no ledger line holds.
 
 # %%
 gpt = {}
@@ -230,20 +246,48 @@ for strategy, n, recompute in tqdm(runs, desc="7B GPT (fake)"):
         gpt[strategy, n, recompute] = gpt_ledger(layers=cfg.gpt_layers, **GPT_7B, strategy=strategy,
                                                  mesh=mesh, recompute=recompute)
     gpt[strategy, n, recompute].cpu_seconds = time.process_time() - start
-psi = gpt["ddp", cfg.ranks[0], "none"].param_bytes // 4   # parameters (fp32, unsharded under DDP)
+n0, n1 = cfg.ranks
+with fake_world(n0) as mesh, fake_mode():   # the contrast: the same FSDP2 step, eager attention
+    eager = gpt_ledger(layers=cfg.gpt_layers, **GPT_7B, strategy="fsdp", mesh=mesh, attention="eager")
+h = GPT_7B["hidden"]
+block_params = 12 * h * h + 13 * h
+root_params = GPT_7B["vocab"] * h + GPT_7B["seq"] * h + 2 * h
+psi = gpt["ddp", n0, "none"].param_bytes // 4   # parameters (fp32, unsharded under DDP)
+assert psi == root_params + cfg.gpt_layers * block_params   # TinyGPT's count, which gathered_bytes uses
+
+
+def gathered_bytes(strategy):
+    """bf16 parameters FSDP2 holds gathered at once: the root and two blocks; DDP holds none."""
+    return 2 * (root_params + 2 * block_params) if strategy == "fsdp" else 0
+
+
+def needs_gpt(strategy, rec):
+    return needs_bytes(rec) + gathered_bytes(strategy)
+
+
 print(f"{psi / 1e9:.2f} B parameters")
 show_table([{"strategy": s, "GPUs": n, "recompute": r, "resident GB": rec.resident_bytes / 1e9,
-             "kept for backward GB": rec.activation_bytes / 1e9, "TFLOP/step": rec.flops / 1e12,
-             "sent GB/step": rec.comm_bytes / 1e9, "fits 80 GB": needs_bytes(rec) <= MARGIN * GPU_BYTES,
-             "CPU s": rec.cpu_seconds} for (s, n, r), rec in gpt.items()])
+             "kept GB": rec.activation_bytes / 1e9, "gathered GB": gathered_bytes(s) / 1e9,
+             "TFLOP/step": rec.flops / 1e12, "sent GB/step": rec.comm_bytes / 1e9,
+             "fits 80 GB": needs_gpt(s, rec) <= MARGIN * GPU_BYTES, "CPU s": rec.cpu_seconds}
+            for (s, n, r), rec in gpt.items()])
+for line in plan_assumptions(True, "fsdp", "bf16-mixed", "sdpa") + \
+        plan_assumptions(True, "ddp", "bf16-mixed", "sdpa")[1:2]:
+    print("assumes", line)
+eager_over_sdpa = eager.activation_bytes / gpt["fsdp", n0, "none"].activation_bytes
+print(f"eager attention instead (FSDP2 ×{n0}, no recomputation): {eager.activation_bytes / 1e9:.1f} GB "
+      f"kept for backward, {eager_over_sdpa:.1f}x the fused kernel's; needs "
+      f"{needs_gpt('fsdp', eager) / 1e9:.1f} GB of the {MARGIN * GPU_BYTES / 1e9:.0f} GB we allow")
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 3.5))
 labels = [f"{s} ×{n}\n{r}" for s, n, r in gpt]
 resident = [rec.resident_bytes / 1e9 for rec in gpt.values()]
 kept = [rec.activation_bytes / 1e9 for rec in gpt.values()]
+gathered = [gathered_bytes(s) / 1e9 for s, _, _ in gpt]
 ax.bar(labels, resident, label="resident (params, grads, AdamW)")
 ax.bar(labels, kept, bottom=resident, label="kept for backward")
+ax.bar(labels, gathered, bottom=[a + b for a, b in zip(resident, kept)], label="gathered (FSDP2)")
 ax.axhline(GPU_BYTES / 1e9, color="k", ls="--", label="80 GB")
 ax.set_ylabel("GB per GPU")
 ax.set_title(f"{cfg.gpt_layers}-layer GPT, seq {GPT_7B['seq']}: what one GPU holds")
@@ -252,28 +296,53 @@ plt.show()
 fsdp_over_ddp = {n: gpt["fsdp", n, "none"].comm_bytes / gpt["ddp", n, "none"].comm_bytes for n in cfg.ranks}
 recompute_flops = {n: gpt["fsdp", n, "full"].flops / gpt["fsdp", n, "none"].flops for n in cfg.ranks}
 recompute_kept = {n: gpt["fsdp", n, "none"].activation_bytes / gpt["fsdp", n, "full"].activation_bytes for n in cfg.ranks}
+weight_copies_gb = (gpt["ddp", n0, "none"].activation_bytes - gpt["fsdp", n0, "none"].activation_bytes) / 1e9
 for n in cfg.ranks:
     print(f"{n} GPUs: FSDP2 sends {fsdp_over_ddp[n]:.2f}x DDP's bytes; full recomputation keeps "
           f"{recompute_kept[n]:.1f}x less for backward for {recompute_flops[n]:.2f}x the FLOPs")
-print("fit in 80 GB:", [f"{s} ×{n} {r}" for (s, n, r), rec in gpt.items() if needs_bytes(rec) <= MARGIN * GPU_BYTES])
+print(f"DDP's autocast keeps {weight_copies_gb:.1f} GB more for backward than FSDP2's policy "
+      f"(bf16 weight copies, fp32 LayerNorm inputs)")
+fitting_gpt = [f"{s} ×{n} {r}" for (s, n, r), rec in gpt.items() if needs_gpt(s, rec) <= MARGIN * GPU_BYTES]
+print("fit in 80 GB:", fitting_gpt)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-n0, n1 = cfg.ranks
-assert all(fsdp_over_ddp[n] > 1 for n in cfg.ranks)
+blocks = cfg.gpt_layers * block_params
+for n in cfg.ranks:   # bf16 gathers (blocks twice, the root once), fp32 reduce-scatter; fp32 all-reduce
+    assert abs(gpt["fsdp", n, "none"].comm_bytes / ((n - 1) / n * (2 * (2 * blocks + root_params) + 4 * psi)) - 1) < 1e-6
+    assert abs(gpt["ddp", n, "none"].comm_bytes / (2 * (n - 1) / n * 4 * psi) - 1) < 1e-6
 assert abs(gpt["fsdp", n1, "none"].activation_bytes / gpt["fsdp", n0, "none"].activation_bytes - 1) < 1e-3
-assert all(recompute_kept[n] > 4 and 1 < recompute_flops[n] < 4 / 3 + 0.01 for n in cfg.ranks)
-if cfg.paper:   # at 32 layers: DDP's replicated state alone overflows, sharded state does not
-    assert all(needs_bytes(gpt["ddp", n, r]) > MARGIN * GPU_BYTES for n in cfg.ranks for r in ("none", "full"))
-    assert all(gpt["fsdp", n, "full"].resident_bytes < MARGIN * GPU_BYTES for n in cfg.ranks)
+assert all(1 < recompute_flops[n] < 4 / 3 + 0.01 for n in cfg.ranks)
+if cfg.paper:   # at 2 layers (ci) the fp32 logits of the loss, which no recomputation drops, dominate
+    assert all(recompute_kept[n] > 4 for n in cfg.ranks)
+assert eager.flops == gpt["fsdp", n0, "none"].flops - cfg.gpt_layers * 2 * GPT_7B["seq"] ** 2 * h  # flash recomputes qkᵀ
+if cfg.paper:   # at 32 layers: DDP's replicated state alone overflows; FSDP2 fits at both sizes
+    assert all(needs_gpt("ddp", gpt["ddp", n, r]) > MARGIN * GPU_BYTES for n in cfg.ranks for r in ("none", "full"))
+    assert all(needs_gpt("fsdp", gpt["fsdp", n, r]) <= MARGIN * GPU_BYTES for n in cfg.ranks for r in ("none", "full"))
+# eager attention (no autocast under the policy: bf16 probabilities, 2 bytes per score) keeps the
+# a·s² probabilities per layer where the fused kernel keeps its output (2sh) and log-sum-exp (4as)
+heads, seq = GPT_7B["heads"], GPT_7B["seq"]
+assert eager.activation_bytes - gpt["fsdp", n0, "none"].activation_bytes == \
+    cfg.gpt_layers * (2 * heads * seq * seq - 2 * seq * h - 4 * heads * seq) * GPT_7B["batch"]
 
 # %% [markdown]
 # DDP keeps every parameter's 16 bytes on every GPU, so at 32 layers no DDP row fits. FSDP2
-# divides the resident state by the number of GPUs and pays more traffic than DDP (printed above:
-# each block is gathered in forward and again in backward, its gradients reduce-scattered). What
-# backward keeps is the same at 8 and 64 GPUs (within 0.1%, checked): no sharding of state touches
-# it. Full recomputation does — more than 4× less kept, for at most one extra forward (≤ 4/3 the
-# FLOPs; the ratios are printed above).
+# divides the resident state by the number of GPUs, and its traffic is DDP's, not more (printed
+# above, and asserted byte for byte): each block is gathered in forward and again in backward in
+# bf16 (2 + 2 bytes per parameter) and its gradients reduce-scattered in fp32 (4), the 8 bytes per
+# parameter DDP's fp32 all-reduce sends (2 × 4); the root, gathered once, costs FSDP2 less. In
+# fp32 throughout, FSDP2 sends 1.5× DDP's bytes (lesson 08): the policy's bf16 gathers pay for
+# the sharding's extra traffic. What backward keeps is the same at
+# both GPU counts (within 0.1%, checked): no sharding of state touches it. With fused attention
+# and FSDP2's policy every FSDP2 row fits, at 8 GPUs too. Eager attention keeps the s²
+# probabilities instead, in bf16 under the policy (2 bytes per score; 6 under autocast, where
+# softmax runs in fp32): at sequence 4096 that multiplies what backward keeps by the factor
+# printed above (the difference is asserted to the byte), and it grows with s², the fused
+# kernel's with s. Full
+# recomputation cuts what is kept more than 4× for at most one extra forward (≤ 4/3 the FLOPs;
+# the ratios are printed above). The price of fused attention is not memory but FLOPs: its
+# backward recomputes the scores q·kᵀ it did not keep, one s² matmul per layer more than eager
+# attention's backward (asserted exactly).
 #
 # ## 4 · The evidence: the ledger against the published figures
 #
@@ -323,11 +392,11 @@ if cfg.paper:   # FLOPs and bytes at 224 px need the paper's image size
 # the kit that breaks them is caught:
 #
 # - Our ResNet-50 *is* torchvision's, so its parameter count equals the model card's exactly.
-# - 16 bytes per parameter: autocast keeps fp32 weights and gradients and AdamW two fp32 moments,
-#   4 + 4 + 8. ZeRO's mixed-precision Adam (Rajbhandari et al. 2020; not re-checked) reaches the
+# - 16 bytes per parameter: DDP's autocast and FSDP2's policy both keep fp32 weights and
+#   gradients, and AdamW two fp32 moments, 4 + 4 + 8. ZeRO's mixed-precision Adam (Rajbhandari et al. 2020; not re-checked) reaches the
 #   same 16 by another split, 2 + 2 + 12 (bf16 weights and gradients; fp32 master copy and
-#   moments). Under autocast the bf16 weight copies are made per step and count as kept for
-#   backward instead (`tests/test_planner.py` measures them: 2 bytes per parameter).
+#   moments). Under DDP's autocast the bf16 weight copies are made per step and count as kept
+#   for backward instead (`tests/test_planner.py` measures them: 2 bytes per weight).
 # - FSDP2 over `n` GPUs holds 1/n of those 16 bytes, and DDP sends 2(n−1)/n of the fp32 gradients.
 
 # %%
@@ -365,7 +434,9 @@ def step_seconds(flops, peak=PEAK_FLOPS, mfu=MFU):
 TPU_V3_CHIPS, TPU_V3_PEAK = 128 // 2, 123e12
 simclr_total = simclr[largest].flops * math.ceil(100 * 1_281_167 / largest)
 simclr_implied_mfu = simclr_total / (1.5 * 3600 * TPU_V3_CHIPS * TPU_V3_PEAK)
-llama_flops = gpt["fsdp", n1, "none"].flops / (GPT_7B["seq"] * GPT_7B["batch"]) * 2e12   # per token x tokens
+# model FLOPs per token × tokens: eager attention's count, since the scores flash recomputes in
+# backward are no more model FLOPs than recomputation's
+llama_flops = eager.flops / (GPT_7B["seq"] * GPT_7B["batch"]) * 2e12
 llama_gpu_hours = llama_flops / (PEAK_FLOPS * MFU) / 3600
 llama_implied_mfu = llama_flops / (184_320 * 3600 * PEAK_FLOPS)
 show_table([
@@ -448,7 +519,8 @@ print(f"the ledger accounts for {needs_bytes(moco) / PUBLISHED['moco_gpu_bytes']
 #
 # Your exercises' configuration, drawn from `STUDENT_ID`: a small slice of the lesson's GPT
 # (`task.layers` blocks of width `task.hidden`, 4 heads, vocabulary 1000, sequence 128, one
-# sequence per rank, AdamW, bf16 autocast: `gpt_ledger`'s defaults) and a number of ranks; for
+# sequence per rank, AdamW, bf16 mixed precision and fused attention: `gpt_ledger`'s defaults)
+# and a number of ranks; for
 # the last question a SimCLR global batch and a device size. The checks measure your
 # configuration with the kit, as section 3 did: `gpt_ledger` on fake tensors in a fake world of
 # `task.ranks` ranks.
@@ -512,7 +584,9 @@ check_close(predicted_ddp_sent_bytes, _ddp.comm_bytes, rtol=1e-6,
 # **Exercise 2 — predict, then measure.** Now FSDP2, sharded as `gpt_ledger` does it: each block
 # is its own FSDP unit, resharded after forward (lesson 08's default), and the root (embeddings,
 # final norm, tied head) another, which FSDP2 does *not* reshard after forward (lesson 08's
-# `reshard_after_forward=False`). Ring collectives, fp32 parameters and gradients. Write
+# `reshard_after_forward=False`). Ring collectives, and FSDP2's mixed-precision policy as
+# `gpt_ledger` sets it (section 3): parameters gathered in bf16 (2 bytes each), gradients
+# reduce-scattered in fp32 (4 bytes each). Write
 # `fsdp_sent_bytes(block_params, root_params, ranks)`: the bytes one rank sends per step, from
 # the parameters in all blocks together and in the root. The check counts your GPT's
 # parameters (`model.blocks` and the rest of `TinyGPT`), measures FSDP2's `comm_bytes` on
@@ -525,9 +599,9 @@ check_close(predicted_ddp_sent_bytes, _ddp.comm_bytes, rtol=1e-6,
 # %%
 def fsdp_sent_bytes(block_params, root_params, ranks):
     # BEGIN SOLUTION
-    gathered = 2 * block_params + root_params          # blocks twice, the root once
-    reduced = block_params + root_params               # every gradient once
-    return (ranks - 1) / ranks * 4 * (gathered + reduced)
+    gathered = 2 * block_params + root_params          # blocks twice, the root once, in bf16
+    reduced = block_params + root_params               # every gradient once, in fp32
+    return (ranks - 1) / ranks * (2 * gathered + 4 * reduced)
     # END SOLUTION
 
 
@@ -634,6 +708,8 @@ headline(
     moco_queue_mb=moco.cache_bytes / 1e6,
     mae_flops_saving=mae_speed_up,
     gpt_fsdp64_resident_gb=gpt["fsdp", cfg.ranks[1], "none"].resident_bytes / 1e9,
+    gpt_fsdp_kept_gb=gpt["fsdp", cfg.ranks[0], "none"].activation_bytes / 1e9,
+    gpt_eager_over_fused_kept=eager_over_sdpa,
     gpt_fsdp_over_ddp_sent=fsdp_over_ddp[cfg.ranks[0]],
     llama_implied_mfu=llama_implied_mfu,
     simclr_implied_mfu=simclr_implied_mfu,

@@ -1,8 +1,11 @@
 """The fake ledger's own cost: CPU seconds and peak process memory to measure a paper-size step.
 
-Goals (issue 13): a 7B GPT-like step (bf16 autocast, AdamW, FSDP2 over 64 fake ranks, seq 4096,
-one sequence per rank) in <= 60 CPU-s with <= 2 GiB peak RSS; ResNet-50 SimCLR at batch 4096
-(224 px) in <= 30 CPU-s. Then how the cost grows with layers and with ranks.
+Goals (issue 13): a 7B GPT-like step (the planner's defaults: fused attention, FSDP2's bf16
+mixed-precision policy, AdamW; FSDP2 over 64 fake ranks, seq 4096, one sequence per rank) in
+<= 60 CPU-s with <= 2 GiB peak RSS; ResNet-50 SimCLR at batch 4096 (224 px) in <= 30 CPU-s.
+Issue 28: a 65B-class step (LLaMA-65B's shape: 80 layers of width 8192, 64 heads; MLP 4h, so
+64.7 B parameters) over 1,024 fake ranks within the same 60 CPU-s and 2 GiB. Then how the cost
+grows with layers and with ranks.
 
 Each configuration runs in a fresh process (``--one``), so its peak RSS is its own, imports
 included; time is that process's CPU time for building and measuring (imports excluded).
@@ -18,7 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 GPT_7B = dict(hidden=4096, heads=32, vocab=32000, seq=4096, batch=1)
+GPT_65B = dict(GPT_7B, hidden=8192, heads=64)
 GOALS = {"gpt7b_fsdp64": {"cpu_seconds": 60, "peak_rss_gib": 2.0},
+         "gpt65b_fsdp1024": {"cpu_seconds": 60, "peak_rss_gib": 2.0},
          "simclr_resnet50_b4096": {"cpu_seconds": 30}}
 
 
@@ -32,7 +37,8 @@ def measure_one(config: dict) -> dict:
     start = time.process_time()
     if config["kind"] == "gpt":
         with fake_world(config["ranks"]) as mesh, fake_mode():
-            rec = gpt_ledger(layers=config["layers"], **GPT_7B, strategy="fsdp", mesh=mesh)
+            shape = GPT_65B if config.get("shape") == "65b" else GPT_7B
+            rec = gpt_ledger(layers=config["layers"], **shape, strategy="fsdp", mesh=mesh)
     else:
         with fake_mode():
             rec = ssl_ledger("simclr", config["batch"], image_size=config["image_size"])
@@ -54,6 +60,8 @@ def run(quick: bool = False) -> dict:
     layers = (1, 2) if quick else (4, 8, 16, 32)
     ranks = (8, 64) if quick else (8, 64, 512)
     headline = {"gpt7b_fsdp64": dict(kind="gpt", layers=2 if quick else 32, ranks=64),
+                "gpt65b_fsdp1024": dict(kind="gpt", shape="65b", layers=2 if quick else 80,
+                                        ranks=64 if quick else 1024),
                 "simclr_resnet50_b4096": dict(kind="simclr", batch=256 if quick else 4096,
                                               image_size=64 if quick else 224)}
     configs = {**{f"layers {n}": dict(kind="gpt", layers=n, ranks=64) for n in layers},

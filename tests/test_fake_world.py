@@ -87,6 +87,20 @@ def test_fake_world_refuses_a_nested_group():
             pass
 
 
+def test_a_plain_ddp_in_fake_world_is_told_the_fix_and_the_hooked_one_runs():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from course_utils.distributed.comm_count import allreduce_mean_hook
+    with pytest.raises(RuntimeError, match="register_comm_hook"):
+        with fake_world(4), fake_mode():
+            plain = DDP(torch.nn.Linear(4, 4), init_sync=False)
+            plain(torch.randn(2, 4)).sum().backward()
+    with fake_world(4), fake_mode():
+        hooked = DDP(torch.nn.Linear(4, 4), init_sync=False)
+        hooked.register_comm_hook(None, allreduce_mean_hook)
+        rec = measure(lambda: hooked(torch.randn(2, 4)).sum().backward(), model=hooked)
+    assert rec.comm_bytes == 2 * 3 / 4 * 4 * (16 + 4)   # the fp32 gradients, all-reduced in a ring
+
+
 def test_no_process_group_no_comm():
     layer = torch.nn.Linear(4, 4)
     rec = measure(lambda: layer(torch.randn(2, 4)).sum().backward(), model=layer)

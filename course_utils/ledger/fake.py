@@ -112,6 +112,14 @@ def fake_world(world_size: int):
     try:
         from torch.distributed.device_mesh import init_device_mesh
         yield init_device_mesh("cpu", (world_size,))
+    except RuntimeError as err:
+        if "isTensor" in str(err) and "comm.cpp" in str(err):   # DDP's own all-reduce, faked
+            raise RuntimeError(
+                "a plain DistributedDataParallel cannot run its backward in fake_world (the fake "
+                "backend's all-reduce returns nothing to DDP's C++ reducer); register a Python "
+                "comm hook after wrapping, e.g. ddp.register_comm_hook(None, allreduce_mean_hook) "
+                "from course_utils.distributed.comm_count, which the ledger also counts") from err
+        raise
     finally:
         dist.destroy_process_group()
 

@@ -66,6 +66,17 @@ def start_in_background(tmp: Path):
                            "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", "two-nodes",
                            script_args=ARGS) for _ in range(2)]
         done["agents"] = [finish(a) for a in agents]
+        # fp64, nothing random: a 2-rank run to the end, and 2-rank runs preempted after step 10
+        # (DDP and FSDP2) whose checkpoints a 1-rank run resumes (test below)
+        exact = [*ARGS, "--dtype", "float64", "--noise", "0", "--dropout", "0"]
+        ranks2 = ("--standalone", "--nproc_per_node", "2")
+        reference = torchrun(*ranks2, script_args=[*exact, "--final-weights", str(tmp / "straight64.pt")])
+        stopped = {strategy: torchrun(*ranks2, script_args=[
+            *exact, "--strategy", strategy, "--checkpoint-dir", str(tmp / f"ck64-{strategy}"),
+            "--checkpoint-every", "4", "--stop-after", "10"]) for strategy in ("ddp", "fsdp")}
+        finish(reference)
+        done["stopped"] = {strategy: finish(p) for strategy, p in stopped.items()}
+        done["exact"], done["tmp"] = exact, tmp
         return done
     return run_all
 
@@ -91,6 +102,32 @@ def test_two_agents_as_two_nodes_equal_one_agent_with_two_processes(runs):
     printed = [o for o in outs if script.HASH_PREFIX in o]
     assert len(printed) == 1                                   # rank 0 prints, on one node
     assert last_hash(printed[0]) == last_hash(runs["straight"])
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_resume_on_another_number_of_ranks_continues_the_run(runs, strategy, capsys):
+    """Written by 2 ranks (checkpoints every 4 steps, preempted after step 10, where it saves
+    before leaving), resumed by 1 rank with the same global batch: DCP reshards the model and the
+    AdamW state, the schedule and data position carry over. With nothing random (no noise, no
+    dropout) in fp64 the final weights equal the uninterrupted 2-rank run's up to summation
+    order; a different global batch is refused."""
+    import torch
+    tmp, ckpt = runs["tmp"], runs["tmp"] / f"ck64-{strategy}"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step_00000008", "step_00000010"]
+    capsys.readouterr()
+    script.main([*runs["exact"], "--strategy", strategy, "--checkpoint-dir", str(ckpt),
+                 "--final-weights", str(tmp / f"resumed-{strategy}.pt")])
+    out = capsys.readouterr().out
+    assert f"{script.RESUME_PREFIX}10" in out and "resharded: written by 2 ranks, resumed on 1" in out
+    straight = torch.load(tmp / "straight64.pt")
+    resumed = torch.load(tmp / f"resumed-{strategy}.pt")
+    assert resumed.keys() == straight.keys()
+    assert max((resumed[k] - straight[k]).abs().max().item() for k in straight) < 1e-12
+    assert max((resumed[k] - straight[k]).abs().max().item() for k in straight) < \
+        max(straight[k].abs().max().item() for k in straight)   # not trivially: the weights are not 0
+    with pytest.raises(SystemExit, match="same global batch"):
+        script.main([*runs["exact"][:2], "--batch", "32", *runs["exact"][4:], "--strategy", strategy,
+                     "--checkpoint-dir", str(ckpt)])
 
 
 # ------------------------------------------------------------------ in this process, one rank

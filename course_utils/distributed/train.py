@@ -32,6 +32,16 @@ What it does, in the order a reader meets it below:
 7. The last line rank 0 prints is ``params sha256: <hex>`` of the final parameters: the same
    arguments give the same hex however the run was interrupted and resumed, and for the same
    world size on one node or several.
+8. Resuming on another number of ranks, the global ``--batch`` kept: DCP reshards the model and
+   optimizer, the schedule and data position are every rank's alike (the sampler's global batch
+   i is the same examples at any world size: positions i·B to (i+1)·B of the epoch's
+   permutation), and the run continues. What cannot follow is each rank's own RNG stream (the
+   input noise, the dropout masks): the new ranks draw from new seeds, so the continuation is
+   another random draw, not the uninterrupted run. With ``--noise 0 --dropout 0`` nothing random
+   is left, and in ``--dtype float64`` the resumed run ends equal to the uninterrupted one up to
+   summation order (tested within 1e-12). ``--stop-after K`` leaves cleanly after step K (a
+   preemption; with ``--checkpoint-dir`` it saves first); ``--final-weights PATH`` writes the
+   full final parameters (rank 0, ``torch.save``) for such comparisons.
 """
 from __future__ import annotations
 
@@ -72,6 +82,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=64, help="width of the MLP's hidden layers")
     p.add_argument("--lr", type=float, default=3e-3, help="peak AdamW learning rate (cosine decay)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--noise", type=float, default=0.05, help="std of the input noise (0: none)")
+    p.add_argument("--dropout", type=float, default=0.1, help="dropout probability (0: none)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    p.add_argument("--stop-after", type=int, default=None,
+                   help="leave cleanly after step K (saving first with --checkpoint-dir): a preemption")
+    p.add_argument("--final-weights", default=None, help="rank 0 saves the full final parameters here")
     p.add_argument("--checkpoint-dir", default=None,
                    help="shared folder: resume from its newest checkpoint, write new ones there")
     p.add_argument("--checkpoint-every", type=int, default=0, help="save every K steps (0: never)")
@@ -91,6 +107,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--checkpoint-every needs --checkpoint-dir (a folder every rank can write)")
     if args.crash_at_step is not None and not 1 <= args.crash_at_step <= args.steps:
         p.error(f"--crash-at-step must be in 1..{args.steps} (--steps), got {args.crash_at_step}")
+    if args.stop_after is not None and not 1 <= args.stop_after <= args.steps:
+        p.error(f"--stop-after must be in 1..{args.steps} (--steps), got {args.stop_after}")
+    if not 0 <= args.dropout < 1 or args.noise < 0:
+        p.error(f"--dropout must be in [0, 1) and --noise >= 0, got {args.dropout} and {args.noise}")
     return args
 
 
@@ -157,9 +177,9 @@ def make_data(args, rank: int, world_size: int):
 def build(args, device, world_size: int):
     """(model, module to call, optimizer, schedule). Same initial weights on every rank."""
     torch.manual_seed(args.seed)
-    model = nn.Sequential(nn.Linear(64, args.hidden), nn.ReLU(), nn.Dropout(0.1),
-                          nn.Linear(args.hidden, args.hidden), nn.ReLU(), nn.Dropout(0.1),
-                          nn.Linear(args.hidden, 10)).to(device)
+    model = nn.Sequential(nn.Linear(64, args.hidden), nn.ReLU(), nn.Dropout(args.dropout),
+                          nn.Linear(args.hidden, args.hidden), nn.ReLU(), nn.Dropout(args.dropout),
+                          nn.Linear(args.hidden, 10)).to(device, getattr(torch, args.dtype))
     if args.strategy == "ddp":
         module = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     else:
@@ -186,7 +206,7 @@ def newest_checkpoint(directory) -> Path | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(directory, step, position, model, optimizer, schedule, device, rank, keep):
+def save_checkpoint(directory, step, position, model, optimizer, schedule, device, rank, keep, batch):
     """Every rank writes its shards (DCP) and its own state; rank 0 publishes the folder."""
     from course_utils import checkpoint as ck
     final = Path(directory) / f"step_{step:08d}"
@@ -198,7 +218,8 @@ def save_checkpoint(directory, step, position, model, optimizer, schedule, devic
     model_sd, optim_sd = get_state_dict(model, optimizer)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=partial)
     ck.save(partial / f"rank{rank}.pt", {"rng": rng_state(device), "schedule": schedule.state_dict(),
-                                          "position": dict(position), "world_size": dist.get_world_size()})
+                                          "position": dict(position), "world_size": dist.get_world_size(),
+                                          "batch": batch})
     dist.barrier()  # every rank's files are on disk
     if rank == 0:
         os.replace(partial, final)
@@ -207,24 +228,31 @@ def save_checkpoint(directory, step, position, model, optimizer, schedule, devic
             shutil.rmtree(old, ignore_errors=True)
 
 
-def load_checkpoint(path, model, optimizer, schedule, device, rank) -> dict:
+def load_checkpoint(path, model, optimizer, schedule, device, rank, batch, seed) -> dict:
     """Load model, optimizer (resharded by DCP into this run's layout), schedule and this rank's
-    RNG; return the data position to continue from."""
+    RNG; return the data position to continue from. Written by another number of ranks: the
+    same global batch is required, and this rank's RNG starts from a new seed (docstring, 8)."""
     from course_utils import checkpoint as ck
-    own = Path(path) / f"rank{rank}.pt"
-    if not own.is_file():
-        raise SystemExit(f"{path} has no {own.name}: it was written by another world size; resume "
-                         "with the same number of processes")
-    mine = ck.load(own)
-    if mine["world_size"] != dist.get_world_size():
-        raise SystemExit(f"{path} was written by {mine['world_size']} ranks, this run has "
-                         f"{dist.get_world_size()}; resume with the same number of processes")
+    saved = ck.load(Path(path) / "rank0.pt")   # schedule, position, world size: alike on every rank
+    if saved.get("batch", batch) != batch:
+        raise SystemExit(f"{path} was written with --batch {saved['batch']}, this run has --batch "
+                         f"{batch}; resume with the same global batch (the data position counts its batches)")
+    same_world = saved["world_size"] == dist.get_world_size()
+    mine = ck.load(Path(path) / f"rank{rank}.pt") if same_world else saved
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
     dcp.load(state, checkpoint_id=path)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     schedule.load_state_dict(mine["schedule"])
-    set_rng_state(mine["rng"], device)
+    if same_world:
+        set_rng_state(mine["rng"], device)
+    else:   # no rank of the old run is this rank: a new stream, seeded by the step it resumes at
+        torch.manual_seed(seed * 1000 + rank + 7919 * (mine["position"]["step"] + 1))
+        if device.type == "cuda":
+            torch.cuda.manual_seed(seed * 1000 + rank + 7919 * (mine["position"]["step"] + 1))
+        if rank == 0:
+            print(f"resharded: written by {saved['world_size']} ranks, resumed on "
+                  f"{dist.get_world_size()}; each rank's noise and dropout draw from a new seed", flush=True)
     return mine["position"]
 
 
@@ -254,13 +282,15 @@ def train(args) -> str:
     found = [newest_checkpoint(args.checkpoint_dir) if rank == 0 and args.checkpoint_dir else None]
     dist.broadcast_object_list(found, src=0)  # every rank loads the folder rank 0 chose
     if found[0] is not None:
-        position = load_checkpoint(found[0], model, optimizer, schedule, device, rank)
+        position = load_checkpoint(found[0], model, optimizer, schedule, device, rank, args.batch,
+                                   args.seed)
         if rank == 0:
             print(f"{RESUME_PREFIX}{position['step']}", flush=True)
 
     first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
     module.train()
-    while position["step"] < args.steps:
+    last = args.stop_after or args.steps
+    while position["step"] < last:
         sampler.set_epoch(position["epoch"])  # this epoch's shuffle, the same on every rank
         for i, (x, y) in enumerate(loader):
             if i < position["batch_index"]:
@@ -269,8 +299,9 @@ def train(args) -> str:
                     and position["step"] + 1 == args.crash_at_step):
                 print(f"rank {rank}: killing myself before step {args.crash_at_step}", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
-            x, y = x.to(device), y.to(device)
-            x = x + 0.05 * torch.randn_like(x)  # augmentation from this rank's RNG
+            x, y = x.to(device, getattr(torch, args.dtype)), y.to(device)
+            if args.noise:
+                x = x + args.noise * torch.randn_like(x)  # augmentation from this rank's RNG
             loss = F.cross_entropy(module(x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # DDP all-reduces gradients; FSDP2 reduce-scatters them
@@ -279,15 +310,22 @@ def train(args) -> str:
             position.update(step=position["step"] + 1, batch_index=i + 1)
             if args.checkpoint_every and position["step"] % args.checkpoint_every == 0:
                 save_checkpoint(args.checkpoint_dir, position["step"], position, model, optimizer,
-                                schedule, device, rank, args.keep)
-            if position["step"] >= args.steps:
+                                schedule, device, rank, args.keep, args.batch)
+            if position["step"] >= last:
                 break
         else:  # the epoch ran out: the next one starts from its first batch
             position.update(epoch=position["epoch"] + 1, batch_index=0)
 
+    if args.stop_after and args.checkpoint_dir and position["step"] % (args.checkpoint_every or last + 1):
+        save_checkpoint(args.checkpoint_dir, position["step"], position, model, optimizer,
+                        schedule, device, rank, args.keep, args.batch)   # preempted: save first
     hexdigest = params_sha256(model)
+    full = {name: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu()
+            for name, p in model.named_parameters()} if args.final_weights else None
     dist.barrier()
     if rank == 0:
+        if full is not None:
+            torch.save(full, args.final_weights)
         print(f"{HASH_PREFIX}{hexdigest}", flush=True)
     dist.destroy_process_group()
     return hexdigest

@@ -678,6 +678,65 @@ for _p, _target in ((8, 0.05), (1, 0.0), (2, 0.5), (7, 0.4), (4, 0.15), (4, 0.3)
 # %% [raw]
 # # END QUESTION
 
+# %% [raw]
+# # BEGIN QUESTION
+# name: q4_zero_bubble_step
+# points: 1
+
+# %% [markdown]
+# **Exercise 4 — predict, then measure: what splitting the backward buys.** Zero bubble splits
+# each backward into B_input (the input gradient, which the previous stage waits for) and W (the
+# weight gradient, which nothing waits for), and lets W fill the idle slots. Write
+# `zero_bubble_step_time(p, m, forward, backward)`: the step time of the zero-bubble schedule
+# (no cap on held micro-batches) on p stages and m ≥ p micro-batches, with B_input =
+# `backward // 2` and W = `backward - B_input` — the simulator's split, for costs where W ≤ F.
+# Work it out from the busy time each device has and the idle time section 3 measured for the
+# zero-bubble schedule; do not call the simulator. The check simulates your `task.stages` stages
+# with 2·`task.stages` micro-batches at F = 2, backward = 2, and compares the step times exactly;
+# then it checks that your step is shorter than 1F1B's at the same costs by exactly the time W
+# filled.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def zero_bubble_step_time(p, m, forward, backward):
+    # BEGIN SOLUTION
+    b_input = backward // 2
+    w = backward - b_input
+    # every device is busy m(F + B_input + W) and idles (p−1)(F + B_input − W): the ramp of
+    # 1F1B, (p−1)(F + B), less the W that fills it
+    return m * (forward + b_input + w) + (p - 1) * (forward + b_input - w)
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+_p, _m = task.stages, 2 * task.stages
+_zb = pp.simulate("zero_bubble", _p, _m, forward=2, backward=2)
+_ofob = pp.simulate("1f1b", _p, _m, forward=2, backward=2)
+check_close(zero_bubble_step_time(_p, _m, 2, 2), _zb.makespan, rtol=0,
+            what=f"zero-bubble step time on {_p} stages, {_m} micro-batches, F = 2, B_input = W = 1 (simulated)")
+check_close(_ofob.makespan - zero_bubble_step_time(_p, _m, 2, 2), 2 * (_p - 1), rtol=0,
+            what="what zero bubble saves over 1F1B at these costs: (p − 1)·2W, 1F1B's ramp (p − 1)(F + B) less zero bubble's idle (p − 1)(F + B_input − W)")
+
+# %%
+# HIDDEN
+for _p, _m, _f, _b in ((4, 4, 1, 2), (8, 16, 2, 4), (3, 9, 3, 2), (2, 5, 1, 2), (6, 6, 2, 2)):
+    check_close(zero_bubble_step_time(_p, _m, _f, _b),
+                pp.simulate("zero_bubble", _p, _m, forward=_f, backward=_b).makespan, rtol=0,
+                what=f"zero-bubble step time, p={_p}, m={_m}, F={_f}, backward={_b} (simulated)")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
 # %%
 headline(
     gpipe_bubble_p4_m8=timelines["gpipe"].bubble_fraction,

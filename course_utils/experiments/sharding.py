@@ -147,7 +147,7 @@ def full_state(model, opt) -> dict:
     out = {}
     for name, p in model.named_parameters():
         out[f"param.{name}"] = whole(p)
-        for key, value in opt.state[p].items():
+        for key, value in opt.state.get(p, {}).items():   # .get: reading must not create state
             out[f"optim.{name}.{key}"] = whole(value) if torch.is_tensor(value) else value
     return out
 
@@ -190,13 +190,15 @@ def dcp_save(rank: int, world_size: int, path, cfg: dict | None = None) -> dict:
     return full_state(model, opt)
 
 
-def dcp_load(rank: int, world_size: int, path, cfg: dict | None = None) -> dict:
+def dcp_load(rank: int, world_size: int, path, cfg: dict | None = None, with_before: bool = False) -> dict:
     """Resharding, part 2: a fresh model (other initial weights) sharded over ``world_size`` ranks,
-    which need not be the number that saved ``path``, loads it. Returns the whole state."""
+    which need not be the number that saved ``path``, loads it. Returns the whole state, or with
+    ``with_before`` {"before": the state before the load, "after": after it}."""
     c = settings(cfg, DEFAULTS)
     model, opt = _train_fsdp(rank, world_size, c, c.seed + 1, 0)
+    before = full_state(model, opt) if with_before else None
     _dcp_load(model, opt, str(path))
-    return full_state(model, opt)
+    return {"before": before, "after": full_state(model, opt)} if with_before else full_state(model, opt)
 
 
 def suite(rank: int, world_size: int, cfg: dict | None = None) -> dict:

@@ -242,15 +242,17 @@ assert sum(f.endswith(".distcp") for f in ckpt[0]["files"]) == cfg.ranks and ".m
 # **Resharding.** The metadata file records which slice of each tensor every shard holds, so the
 # loading run may shard differently. Save from `cfg.ranks` ranks after a few steps, then load
 # with a single process (FSDP2 on a one-rank mesh) into a model built from *other* initial
-# weights (the worker builds it from another seed and has no optimizer state before the load), and
-# compare the whole state (weights and AdamW's moments) bitwise with what was saved. (Resuming a training run on another number of ranks needs more
-# than weights and optimizer state: each rank's RNG and data position, lesson 10's boundary.)
+# weights, with no optimizer state yet (both checked before the load), and compare the whole
+# state (weights and AdamW's moments) bitwise with what was saved. (A training run resumed on
+# another number of ranks also needs its schedule and data position, which the kit's script
+# carries, and each rank's RNG stream, which has no counterpart there: lesson 10's boundary.)
 
 # %%
 reshard_dir = Path(tempfile.mkdtemp(prefix="lesson08_dcp_"))
 saved = launch(lesson.dcp_save, cfg.ranks, str(reshard_dir / "ckpt"), cfg.model, timeout=300)
 shard_files = sorted(f.name for f in (reshard_dir / "ckpt").iterdir())
-loaded = launch(lesson.dcp_load, 1, str(reshard_dir / "ckpt"), cfg.model, timeout=300)[0]
+loaded = launch(lesson.dcp_load, 1, str(reshard_dir / "ckpt"), cfg.model, True, timeout=300)[0]
+before, loaded = loaded["before"], loaded["after"]
 shutil.rmtree(reshard_dir)
 
 
@@ -259,12 +261,16 @@ def same(a, b, key):
 
 
 reshard_equal = sorted(saved[0]) == sorted(loaded) and all(same(saved[0], loaded, k) for k in saved[0])
+# before the load: none of the saved optimizer state, and not one saved weight
+empty_before = not any(k.startswith("optim.") for k in before) and \
+    not any(same(saved[0], before, k) for k in before if k.startswith("param."))
 print(f"saved by {cfg.ranks} ranks ({sum(f.endswith('.distcp') for f in shard_files)} shard files), loaded by 1: "
       f"{len(saved[0])} tensors ({sum(k.endswith('exp_avg_sq') for k in saved[0])} of them AdamW second "
       f"moments), all bitwise equal: {reshard_equal}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
+assert empty_before, "the loading model must start from other weights and no optimizer state"
 assert reshard_equal, "DCP loads a checkpoint saved by N ranks into 1, bitwise"
 assert sum(f.endswith(".distcp") for f in shard_files) == cfg.ranks and ".metadata" in shard_files
 

@@ -49,13 +49,15 @@ ATTENTION_KINDS = ("eager", "sdpa")
 
 
 def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   causal_bias: torch.Tensor) -> torch.Tensor:
-    """softmax(q kᵀ / √d + causal_bias) v.  q, k, v: b×a×s×d; causal_bias: s×s (0 or -inf)."""
+                   causal_bias: torch.Tensor, softmax_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """softmax(q kᵀ / √d + causal_bias) v.  q, k, v: b×a×s×d; causal_bias: s×s (0 or -inf).
+    ``softmax_dtype``: None runs softmax in the scores' dtype (what CPU autocast does: bf16);
+    torch.float32 runs it in fp32 whatever autocast says, as CUDA autocast does."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     # bias cast to the scores dtype so bf16 autocast does not promote the s² scores to fp32
     scores = (q @ k.transpose(-2, -1)) * scale + causal_bias.to(q.dtype)  # b×a×s×s; saves q, k
-    probs = torch.softmax(scores, dim=-1)                       # softmax saves its output P
-    return probs @ v                                             # saves P (same storage) and v
+    probs = torch.softmax(scores, dim=-1, dtype=softmax_dtype)  # softmax saves its output P
+    return probs.to(v.dtype) @ v   # saves P (the same storage unless softmax ran wider) and v
 
 
 class CausalSelfAttention(nn.Module):
@@ -67,6 +69,7 @@ class CausalSelfAttention(nn.Module):
         self.heads = heads
         self.selective = selective
         self.attention = checks.choice(attention, "attention", ATTENTION_KINDS)
+        self.softmax_dtype = None   # torch.float32: as CUDA autocast runs it (attention_core)
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.proj = nn.Linear(hidden, hidden)
         # additive mask: adding a constant saves nothing for backward (masked_fill would save a mask)
@@ -87,10 +90,10 @@ class CausalSelfAttention(nn.Module):
         elif self.selective and torch.is_grad_enabled():
             # Korthikanti et al.'s selective recomputation: drop the s² attention tensors, keep q, k, v
             # the mask goes in through a closure: as a checkpoint input it would be stored too
-            core = functools.partial(attention_core, causal_bias=bias)
+            core = functools.partial(attention_core, causal_bias=bias, softmax_dtype=self.softmax_dtype)
             out = checkpoint(core, q, k, v, use_reentrant=False)
         else:
-            out = attention_core(q, k, v, bias)
+            out = attention_core(q, k, v, bias, self.softmax_dtype)
         out = out.transpose(1, 2).contiguous().view(b, s, h)  # b×s×h, saved by proj
         return self.proj(out)
 

@@ -142,3 +142,39 @@ def test_cuda_peak_is_the_records_peak():
     assert rec.peak_bytes > 0 and alone > 0 and rec.notes == ""
     # the record's reading and the helper's are one function: same step, same peak
     assert rec.peak_bytes == pytest.approx(alone, rel=0.25)
+
+
+# ------------------------------------------------------------------ the repeated line
+def test_recomputed_flops_are_the_forward_run_again_in_backward():
+    """Full recomputation re-runs every block's forward inside backward: the ledger's repeated
+    line is exactly what the backward gains over the same step without it."""
+    from course_utils.ledger import fake_mode
+    from course_utils.ledger.plan import gpt_ledger
+    recs = {}
+    for mode in ("none", "full"):
+        with fake_mode():
+            recs[mode] = gpt_ledger(layers=2, hidden=64, heads=4, vocab=97, seq=32, batch=2, recompute=mode)
+    assert recs["none"].recomputed_flops == 0
+    assert recs["full"].recomputed_flops == recs["full"].backward_flops - recs["none"].backward_flops > 0
+    assert recs["full"].forward_flops == recs["none"].forward_flops
+
+
+def test_re_encoded_counts_gradient_cachings_second_pass_not_a_cache():
+    """Gradient caching encodes the 2N views without a graph, then again chunk by chunk with
+    one: the second pass is the repeated line (2N items); the naive step repeats nothing."""
+    from course_utils.augment import SimCLRAugment
+    from course_utils.models import SmallResNet
+    from course_utils.models.heads import ProjectionHead
+    from course_utils.objectives import SimCLR, make_step
+    images, n = torch.rand(8, 3, 16, 16), 8
+    for chunks, repeated in ((1, 0), (4, 2 * n)):
+        torch.manual_seed(0)
+        backbone = SmallResNet(width=4, blocks=1)
+        model = SimCLR(backbone, ProjectionHead(backbone.feature_dim, 16, 8))
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        step = make_step(model, opt, augment=SimCLRAugment(16), generator=torch.Generator().manual_seed(0),
+                         chunks=chunks)
+        rec = measure(lambda: step((images, None)), model=model, optimizer=opt,
+                      encoders={"views": model.encoder})
+        assert rec.encoded["views"] == 2 * n + repeated
+        assert rec.re_encoded.get("views", 0) == repeated

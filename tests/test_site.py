@@ -83,6 +83,13 @@ def test_the_landing_page_shows_each_lesson_its_units_figure_time_or_error(stand
     assert 'href="index.html"' in page and 'href="00_first.html"' in page and 'href="02_broken.html"' in page
 
 
+def test_a_lesson_still_being_written_does_not_stop_the_site(stand_in_build):
+    """`make course` rebuilds the site while another lesson's notebook is half written."""
+    (stand_in_build / "03_running.ipynb").write_text("")
+    index = course_site.build_site(stand_in_build).read_text()
+    assert "03_running" in index and "not readable yet" in index and "83.2 kB" in index
+
+
 def test_a_raw_echo_is_reported_and_an_empty_build_says_what_to_run(stand_in_build, tmp_path_factory, capsys):
     assert course_site.raw_echoes(nbformat.read(stand_in_build / "00_first.ipynb", as_version=4)) == []
     assert course_site.main(["--build", str(stand_in_build)]) == 0

@@ -162,7 +162,13 @@ def build_site(build: Path = BUILD, errors: dict | None = None, export: list[str
                                 f"`COURSE_SCALE=ci make course` for a quick pass) first")
     names, times, cards = [p.stem for p in paths], _times(build), []
     for i, path in enumerate(paths):
-        nb = nbformat.read(path, as_version=4)
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except (OSError, ValueError) as err:   # e.g. a lesson papermill is writing right now
+            cards.append(f'<div class="lesson" id="{path.stem}"><div><h2>{html.escape(path.stem)}</h2>'
+                         f'<div class="error">not readable yet (still running?): '
+                         f'{html.escape(str(err)[:200])}</div></div></div>')
+            continue
         if export is None or path.stem in export or not path.with_suffix(".html").exists():
             export_lesson(path, _nav(names, i))
         cards.append(_card(path.stem, nb, build, times, (errors or {}).get(path.stem)))
@@ -190,7 +196,10 @@ def main(argv=None) -> int:
         print(err, file=sys.stderr)
         return 1
     for path in lesson_notebooks(args.build):
-        echoes = raw_echoes(nbformat.read(path, as_version=4))
+        try:
+            echoes = raw_echoes(nbformat.read(path, as_version=4))
+        except (OSError, ValueError):
+            continue
         if echoes:
             print(f"{path.stem}: a value echoed raw under its formatted print: {'; '.join(echoes)}")
     print(f"site: {index} ({len(lesson_notebooks(args.build))} lessons)")

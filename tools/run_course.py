@@ -148,8 +148,11 @@ def run(scale: str, only: list[str], jobs: int | None = None) -> int:
         results.append(result)
         results.sort(key=lambda r: r["name"])
         record_times(results, scale)
-        course_site.build_site(BUILD, errors={r["name"]: r["error"] for r in results if r["error"]},
-                               export=[result["name"]])
+        try:   # the site is a view of the run: a failure to draw it must not stop the lessons
+            course_site.build_site(BUILD, errors={r["name"]: r["error"] for r in results if r["error"]},
+                                   export=[result["name"]])
+        except Exception as err:  # noqa: BLE001
+            print(f"(the site was not rebuilt: {type(err).__name__}: {err}; `make site` retries)", flush=True)
 
     if jobs == 1:
         for i, nb in enumerate(notebooks, 1):

@@ -18,6 +18,10 @@
   ``comm``, the same per collective kind; ``wire_bytes``, what this process really wrote to its
   sockets meanwhile (gloo on Linux, else None);
 - ``encoded``: how many items went through each named encoder (images, or patch tokens);
+- the *repeated* line: ``recomputed_flops``, forward FLOPs run again inside backward
+  (activation checkpointing; part of ``backward_flops``), and ``re_encoded``, per encoder, the
+  items it encoded a second time in the step (gradient caching's second forward of the batch);
+  candidates a cache serves (MoCo's queue) are not re-encoded and appear in neither;
 - ``peak_bytes``: on CUDA only, ``torch.cuda.max_memory_allocated`` during the step
   (``cuda.cuda_peak_bytes``).
 
@@ -67,12 +71,15 @@ _EXTRA_FLOPS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu
 
 
 class _FlopSplitter(TorchDispatchMode):
-    """Counts FLOPs per op with the registry FlopCounterMode uses, split forward/backward."""
+    """Counts FLOPs per op with the registry FlopCounterMode uses, split forward/backward; of the
+    backward's, ``recomputed`` are forward ops run again inside it (activation checkpointing
+    re-runs a forward with grad enabled during backward; backward's own ops run without grad)."""
 
     def __init__(self):
         super().__init__()
         self.forward = 0
         self.backward = 0
+        self.recomputed = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -85,6 +92,8 @@ class _FlopSplitter(TorchDispatchMode):
                 self.forward += n
             else:
                 self.backward += n
+                if torch.is_grad_enabled():
+                    self.recomputed += n
         return out
 
 
@@ -201,20 +210,33 @@ def resident_bytes(model=None, optimizer=None, caches=()) -> dict:
 
 
 # --------------------------------------------------------------------------- measure
-def _count_items(encoders: dict) -> tuple[dict, list]:
+def _count_items(encoders: dict) -> tuple[dict, dict, list]:
+    """Forward pre-hooks on each encoder: items it encodes, and of those, ``again``: items whose
+    input it already encoded earlier in this step (the same span of the same storage: a second
+    forward of the same batch, as gradient caching makes, or a recomputation in backward)."""
     counts = {name: 0 for name in encoders}
+    again = {name: 0 for name in encoders}
     handles = []
     for name, module in encoders.items():
         if not isinstance(module, nn.Module):
             raise TypeError(f"encoders[{name!r}] must be an nn.Module, got {type(module).__name__}")
+        seen: list = []   # (storage, first byte, last byte) of every input encoded this step
 
-        def hook(_mod, args, _name=name):
+        def hook(_mod, args, _name=name, _seen=seen):
             x = args[0] if args else None
             if torch.is_tensor(x):
                 # images: B×C×H×W -> B items; tokens: B×L×D -> B·L items
-                counts[_name] += x.shape[0] * (x.shape[1] if x.dim() == 3 else 1)
+                items = x.shape[0] * (x.shape[1] if x.dim() == 3 else 1)
+                counts[_name] += items
+                if x.layout == torch.strided and x.numel():
+                    key, start = storage_key(x), x.storage_offset()
+                    end = start + sum((n - 1) * abs(st) for n, st in zip(x.shape, x.stride())) + 1
+                    if any(k == key and s <= start and end <= e for k, s, e in _seen):
+                        again[_name] += items
+                    else:
+                        _seen.append((key, start, end))
         handles.append(module.register_forward_pre_hook(hook))
-    return counts, handles
+    return counts, again, handles
 
 
 def measure(step, *, model: nn.Module | None = None, optimizer=None, caches=(),
@@ -253,7 +275,7 @@ def measure(step, *, model: nn.Module | None = None, optimizer=None, caches=(),
                 comm if comm is not None else contextlib.nullcontext():
             step()
 
-    counts, handles = _count_items(encoders)
+    counts, again, handles = _count_items(encoders)
     try:
         with explain_unknowable() if fake else contextlib.nullcontext():
             peak = cuda_peak_bytes(hooked_step, device)
@@ -275,8 +297,10 @@ def measure(step, *, model: nn.Module | None = None, optimizer=None, caches=(),
                  for kind, payload in comm.payload.items()} if comm is not None else {}
     return LedgerRecord(
         flops=flops.forward + flops.backward, forward_flops=flops.forward,
-        backward_flops=flops.backward, activation_bytes=tracker.peak,
-        **resident_bytes(model, optimizer, caches), encoded=counts, fake=fake, world_size=world,
+        backward_flops=flops.backward, recomputed_flops=flops.recomputed,
+        activation_bytes=tracker.peak,
+        **resident_bytes(model, optimizer, caches), encoded=counts,
+        re_encoded={k: v for k, v in again.items() if v}, fake=fake, world_size=world,
         comm_bytes=sum(c["sent_bytes"] for c in breakdown.values()), comm=breakdown,
         wire_bytes=comm.wire if comm is not None else None,
         saved_tensors=tracker.count, peak_bytes=peak, device=str(device), notes=notes)

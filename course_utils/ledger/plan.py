@@ -13,7 +13,6 @@ import warnings
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
 from .. import checks
 from ..memory import PRECISIONS
@@ -27,34 +26,26 @@ from .measured import measure
 AUTOCAST_DTYPES = {"fp32": None, "bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
 
 
-class _CudaAutocastRules(TorchFunctionMode):
-    """Inside CPU autocast, run the ops CUDA autocast runs in fp32 (its "fp32" list) in fp32.
+def softmax_as_on_cuda(model: nn.Module) -> nn.Module:
+    """Make every eager attention in ``model`` run softmax in fp32, as CUDA autocast does.
 
     The planner runs on a CPU but plans a GPU run, and the two autocasts differ where it matters
     for memory: CPU autocast runs softmax in bf16 (eager attention keeps its s² probabilities in
     2 bytes), CUDA autocast in fp32 (4 bytes kept by softmax, plus the 2-byte copy the next matmul
-    saves). Only the ops of CUDA's fp32 list that the planned models call are listed; the rest
-    of both lists agree for them (matmuls and convolutions in bf16, everything else as its input).
-    """
-    FP32_OPS = {torch.softmax, torch.Tensor.softmax, F.softmax, torch.log_softmax,
-                torch.Tensor.log_softmax, F.log_softmax, F.layer_norm, F.cross_entropy}
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in self.FP32_OPS and torch.is_autocast_enabled("cpu"):
-            args = tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
-        return func(*args, **kwargs)
+    saves). The attention modules (``transformer.CausalSelfAttention``, ``models.vit.Attention``)
+    carry the choice as ``softmax_dtype``, so a checkpointed block recomputes it the same way.
+    The rest of both autocasts' lists agree for these models (matmuls in bf16, LayerNorm on an
+    fp32 residual stream)."""
+    for module in model.modules():
+        if hasattr(module, "softmax_dtype"):
+            module.softmax_dtype = torch.float32
+    return model
 
 
 def _autocast(precision: str):
-    """The forward's autocast for ``precision``, with CUDA's rules (``_CudaAutocastRules``)."""
+    """The forward's autocast for ``precision`` (with ``softmax_as_on_cuda`` on the model)."""
     dtype = AUTOCAST_DTYPES[checks.choice(precision, "precision", PRECISIONS)]
-    if dtype is None:
-        return contextlib.nullcontext()
-    stack = contextlib.ExitStack()
-    stack.enter_context(torch.autocast("cpu", dtype=dtype))
-    stack.enter_context(_CudaAutocastRules())
-    return stack
+    return contextlib.nullcontext() if dtype is None else torch.autocast("cpu", dtype=dtype)
 
 
 def _ddp(model: nn.Module) -> nn.Module:
@@ -156,6 +147,7 @@ def ssl_ledger(objective: str, batch: int, *, image_size: int = 224, queue_size:
                  else MoCo(backbone, head, queue_size=queue_size, bn_groups=1, shuffle_keys=False))
         opt = make_optimizer(optimizer or "sgd-momentum", model.parameters(), lr=0.3, foreach=False)
         augment = SimCLRAugment(image_size)
+    softmax_as_on_cuda(model)
     generator = torch.Generator().manual_seed(0)
     images = torch.rand(batch, 3, image_size, image_size)
     record = dict(model=model, optimizer=opt, caches=model.caches, encoders=model.ledger_encoders)
@@ -194,12 +186,13 @@ def gpt_ledger(*, layers: int, hidden: int, heads: int, vocab: int, seq: int, ba
     probabilities written out, lesson 06's model). ``precision`` 'bf16-mixed' (default) or
     'fp16-mixed' is applied as a GPU run applies it:
 
-    - single/DDP: autocast with CUDA's rules (``_CudaAutocastRules``: softmax in fp32), fp32
+    - single/DDP: autocast with CUDA's softmax in fp32 (``softmax_as_on_cuda``), fp32
       parameters, gradients and AdamW moments (4 + 4 + 8 = 16 bytes per parameter); the 16-bit
       weight copies autocast makes are kept for backward (2 bytes per parameter);
     - FSDP2: its ``MixedPrecisionPolicy`` (16-bit parameters gathered per unit and freed after
       its forward, gradients reduce-scattered in fp32, as TorchTitan configures it), no autocast:
-      the same 16 bytes per parameter, sharded; activations all 16-bit; no weight copies kept.
+      the same 16 bytes per parameter, sharded; activations 16-bit (eager attention's softmax in
+      fp32, as LLaMA's reference code writes it); no weight copies kept.
     """
     from ..distributed.sharding import MixedPrecisionPolicy, fully_shard
     from ..optim import make_optimizer
@@ -209,7 +202,8 @@ def gpt_ledger(*, layers: int, hidden: int, heads: int, vocab: int, seq: int, ba
     if strategy != "single" and mesh is None:
         raise ValueError(f"strategy={strategy!r} needs mesh= (e.g. the one fake_world yields)")
     torch.manual_seed(0)
-    model = TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute, attention=attention)
+    model = softmax_as_on_cuda(TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute,
+                                       attention=attention))
     module, forward_precision = model, precision
     if strategy == "ddp":
         module = _ddp(model)
@@ -326,8 +320,10 @@ def assumptions(gpt: bool, strategy: str, precision: str, attention: str) -> lis
 
 
 def ledger_lines(record) -> list[dict]:
-    """The six ledger lines of ``record`` as table rows (what the planner shows per device)."""
+    """Compute, then the six ledger lines of ``record``, as table rows (what the planner shows per
+    device)."""
     return [{"line": "compute (TFLOP/step)", "per device": record.flops / 1e12},
+            {"line": "repeated: recomputed in backward (TFLOP)", "per device": record.recomputed_flops / 1e12},
             {"line": "kept for backward (GB)", "per device": record.activation_bytes / 1e9},
             {"line": "resident: params + grads + optimizer (GB)",
              "per device": (record.param_bytes + record.grad_bytes + record.optimizer_bytes) / 1e9},

@@ -1,10 +1,12 @@
 """The ledger's record of one step, and its line-by-line comparison with a prediction.
 
 ``LEDGER_LINES`` are the integer lines every record carries (and a prediction may name):
-flops = forward_flops + backward_flops; activation_bytes (kept for backward); param_bytes,
-grad_bytes, optimizer_bytes, cache_bytes (resident state); comm_bytes (the sixth line,
-"communicated": bytes this rank sends per step under ring algorithms, 0 without a process group;
-``comm`` breaks it down per collective kind).
+flops = forward_flops + backward_flops; recomputed_flops (the "repeated" line: forward FLOPs run
+again inside backward, part of backward_flops; ``re_encoded`` adds the items an encoder encoded
+twice in the step); activation_bytes (kept for backward); param_bytes, grad_bytes,
+optimizer_bytes, cache_bytes (resident state); comm_bytes ("communicated": bytes this rank sends
+per step under ring algorithms, 0 without a process group; ``comm`` breaks it down per
+collective kind).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..report import format_table
 
-LEDGER_LINES = ("flops", "forward_flops", "backward_flops", "activation_bytes",
+LEDGER_LINES = ("flops", "forward_flops", "backward_flops", "recomputed_flops", "activation_bytes",
                 "param_bytes", "grad_bytes", "optimizer_bytes", "cache_bytes", "comm_bytes")
 
 
@@ -27,6 +29,8 @@ class LedgerRecord:
     optimizer_bytes: int
     cache_bytes: int
     comm_bytes: int = 0
+    recomputed_flops: int = 0   # the repeated line: forward FLOPs re-run in backward
+    re_encoded: dict = field(default_factory=dict)   # encoder -> items encoded twice this step
     comm: dict = field(default_factory=dict)  # kind -> {"calls", "payload_bytes", "sent_bytes"}
     wire_bytes: int | None = None   # written to sockets during the step (gloo on Linux)
     world_size: int = 1
@@ -44,7 +48,7 @@ class LedgerRecord:
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in LEDGER_LINES}
         d.update(resident_bytes=self.resident_bytes, peak_bytes=self.peak_bytes,
-                 encoded=dict(self.encoded), device=self.device, comm=dict(self.comm), wire_bytes=self.wire_bytes,
+                 encoded=dict(self.encoded), re_encoded=dict(self.re_encoded), device=self.device, comm=dict(self.comm), wire_bytes=self.wire_bytes,
                  world_size=self.world_size, fake=self.fake)
         return d
 
@@ -53,6 +57,7 @@ class LedgerRecord:
         rows += [{"line": f"comm: {k} ({c['calls']} calls)", "measured": c["sent_bytes"]}
                  for k, c in self.comm.items()]
         rows += [{"line": f"encoded: {k}", "measured": v} for k, v in self.encoded.items()]
+        rows += [{"line": f"re-encoded: {k}", "measured": v} for k, v in self.re_encoded.items()]
         rows.append({"line": "peak_bytes (CUDA)",
                      "measured": "not measured on CPU" if self.peak_bytes is None else self.peak_bytes})
         return rows

@@ -53,14 +53,17 @@ class Attention(nn.Module):
         self.heads, self.head_dim = heads, dim // heads
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
+        # None: softmax in the scores' dtype (bf16 under CPU autocast); torch.float32: in fp32,
+        # as CUDA autocast runs it (the planner sets this: ledger.plan.softmax_as_on_cuda)
+        self.softmax_dtype = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, d = x.shape
         qkv = self.qkv(x).reshape(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]  # B×H×L×d each
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # B×H×L×L
-        attn = scores.softmax(dim=-1)
-        out = attn @ v  # B×H×L×d
+        attn = scores.softmax(dim=-1, dtype=self.softmax_dtype)
+        out = attn.to(v.dtype) @ v  # B×H×L×d
         out = out.transpose(1, 2).reshape(b, n, d)  # B×L×D
         return self.proj(out)
 

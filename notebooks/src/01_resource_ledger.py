@@ -168,6 +168,10 @@ print(resnet_comparison)
 # NBVAL_CHECK_OUTPUT
 resnet_comparison.assert_close(rtol=1e-3)
 assert resnet_record.optimizer_bytes == 2 * resnet_record.param_bytes
+# cached, repeated (forwards recomputed in backward, inputs encoded twice) and communicated:
+# measured, and none of them in a supervised step on one device
+assert (resnet_record.cache_bytes, resnet_record.recomputed_flops, resnet_record.comm_bytes) == (0, 0, 0)
+assert resnet_record.re_encoded == {}
 
 # %% [markdown]
 # ### Batch size moves one line, not the others
@@ -290,8 +294,9 @@ widgets.interact(predicted_ledger, batch=widgets.IntSlider(64, 8, 512, 8),
 #   `torch.cuda.max_memory_allocated` (`peak_bytes`) so you can compare the two.
 # - **One step is not a run.** The ledger says whether a step fits and what it costs, not whether
 #   the objective learns a useful representation — that needs the probes of the next lessons.
-# - **Not yet shown**: *cached*, *repeated* and *communicated* are zero for a supervised step on one
-#   device; MoCo (03), recomputation (06) and data parallel (07) fill them in.
+# - **Not yet shown**: *cached*, *repeated* and *communicated* are measured zero for a supervised
+#   step on one device (asserted above); MoCo (03) fills *cached*, gradient caching (02) and
+#   recomputation (06) *repeated*, data parallel (07) *communicated*.
 
 # %% [markdown]
 # ## Exercises

@@ -739,6 +739,7 @@ for method in GC_METHODS:
     k = cfg.gc_batch // cfg.gc_chunk
     gc_records[method] = rec
     gc_rows.append({"method": method, "views encoded": rec.encoded["views encoded"],
+                    "of them repeated": rec.re_encoded.get("views encoded", 0),
                     "candidates per anchor (computed)": 2 * cfg.gc_batch // (k if method == "accumulation" else 1) - 1,
                     "kept for backward MB": rec.activation_bytes / 1e6, "GFLOPs": rec.flops / 1e9})
 show_table(gc_rows)
@@ -748,10 +749,14 @@ print(f"kept for backward, gradient caching / accumulation: {cached_vs_accumulat
 # %%
 # NBVAL_CHECK_OUTPUT
 assert abs(cached_vs_accumulation - 1) < 0.02, "caching keeps about what one accumulation micro-batch keeps"
+# the ledger's repeated line: caching encodes all 2N views a second time, the others none
+for method, rec in gc_records.items():
+    assert rec.re_encoded.get("views encoded", 0) == (2 * cfg.gc_batch if "caching" in method else 0), method
 
 # %% [markdown]
 # Read the ledger: gradient caching encodes every view twice (the "views encoded" column: pass 1
-# without a graph, pass 3 with one) and so spends more FLOPs, keeps the candidates of the naive
+# without a graph, pass 3 with one; the ledger's *repeated* line counts the second encoding of
+# all 2N views, asserted) and so spends more FLOPs, keeps the candidates of the naive
 # step, and keeps for backward what a chunk of `gc_chunk` images needs, like accumulation with
 # micro-batches of the same size (the ratio is printed and asserted within 2%).
 #

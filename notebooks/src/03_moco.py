@@ -302,6 +302,8 @@ print(f"Giving every anchor K={cfg.queue} negatives in-batch would keep {simclr_
 assert moco.queue.keys.shape == (cfg.queue, cfg.dim) and queue_bytes == cfg.queue * cfg.dim * 4
 assert "queue.keys" in moco.state_dict(), "the queue is a registered buffer: it is saved with the model"
 assert rec_moco.cache_bytes == cfg.queue * (4 * cfg.dim + 16) + 16
+# measured: the K negatives come from the cache, so nothing is encoded twice or recomputed
+assert rec_moco.re_encoded == {} and rec_moco.recomputed_flops == 0
 # identities too: param_bytes = both encoders; only the query encoder has gradients and Adam state
 assert key_bytes == query_bytes and rec_moco.param_bytes == query_bytes + key_bytes
 assert rec_moco.grad_bytes == query_bytes and rec_moco.optimizer_bytes == 2 * query_bytes

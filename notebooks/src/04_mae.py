@@ -161,6 +161,7 @@ print(record)
 # NBVAL_CHECK_OUTPUT
 assert record.encoded["encoder tokens"] == cfg.batch * kept, record.encoded
 assert record.encoded["decoder tokens"] == cfg.batch * L, record.encoded
+assert record.re_encoded == {} and record.recomputed_flops == 0   # repeated: nothing
 
 # %% [markdown]
 # **Order is restored exactly**: `ids_restore` inverts the shuffle for every sample

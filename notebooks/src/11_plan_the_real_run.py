@@ -227,7 +227,8 @@ print(f"encoding the visible patches only saves {mae_speed_up:.2f}x the FLOPs "
 # - **Attention** goes through torch's fused `scaled_dot_product_attention` (flash attention on
 #   a GPU, its CPU flash kernel here): it keeps q, k, v, its output and one log-sum-exp per row,
 #   and recomputes the s² probabilities in backward. Eager attention, lesson 06's model, keeps
-#   them: one extra row below shows what that costs at sequence 4096.
+#   them, in fp32 as CUDA autocast runs softmax: one extra run below shows what that costs at
+#   sequence 4096.
 # - **Mixed precision** as each strategy applies it on a GPU. DDP runs under CUDA's autocast:
 #   bf16 matmuls, softmax in fp32 (CPU autocast would run it in bf16), fp32 weights, gradients
 #   and AdamW moments, and the bf16 copy of every weight that autocast makes is kept for
@@ -319,11 +320,12 @@ assert eager.flops == gpt["fsdp", n0, "none"].flops - cfg.gpt_layers * 2 * GPT_7
 if cfg.paper:   # at 32 layers: DDP's replicated state alone overflows; FSDP2 fits at both sizes
     assert all(needs_gpt("ddp", gpt["ddp", n, r]) > MARGIN * GPU_BYTES for n in cfg.ranks for r in ("none", "full"))
     assert all(needs_gpt("fsdp", gpt["fsdp", n, r]) <= MARGIN * GPU_BYTES for n in cfg.ranks for r in ("none", "full"))
-# eager attention (no autocast under the policy: bf16 probabilities, 2 bytes per score) keeps the
-# a·s² probabilities per layer where the fused kernel keeps its output (2sh) and log-sum-exp (4as)
+    assert needs_gpt("fsdp", eager) > MARGIN * GPU_BYTES   # the same step with eager attention does not
+# eager attention keeps the a·s² probabilities per layer, 6 bytes each (fp32 softmax output and the
+# bf16 copy the next matmul saves), where the fused kernel keeps its output (2sh) and log-sum-exp (4as)
 heads, seq = GPT_7B["heads"], GPT_7B["seq"]
 assert eager.activation_bytes - gpt["fsdp", n0, "none"].activation_bytes == \
-    cfg.gpt_layers * (2 * heads * seq * seq - 2 * seq * h - 4 * heads * seq) * GPT_7B["batch"]
+    cfg.gpt_layers * (6 * heads * seq * seq - 2 * seq * h - 4 * heads * seq) * GPT_7B["batch"]
 
 # %% [markdown]
 # DDP keeps every parameter's 16 bytes on every GPU, so at 32 layers no DDP row fits. FSDP2
@@ -335,10 +337,10 @@ assert eager.activation_bytes - gpt["fsdp", n0, "none"].activation_bytes == \
 # the sharding's extra traffic. What backward keeps is the same at
 # both GPU counts (within 0.1%, checked): no sharding of state touches it. With fused attention
 # and FSDP2's policy every FSDP2 row fits, at 8 GPUs too. Eager attention keeps the s²
-# probabilities instead, in bf16 under the policy (2 bytes per score; 6 under autocast, where
-# softmax runs in fp32): at sequence 4096 that multiplies what backward keeps by the factor
-# printed above (the difference is asserted to the byte), and it grows with s², the fused
-# kernel's with s. Full
+# probabilities instead, 6 bytes per score (softmax in fp32, as CUDA autocast runs it and as
+# LLaMA's reference code writes it, plus the bf16 copy the next matmul keeps): at sequence 4096
+# that multiplies what backward keeps by the factor printed above (the difference is asserted to
+# the byte) and puts the step over the device, and it grows with s², the fused kernel's with s. Full
 # recomputation cuts what is kept more than 4× for at most one extra forward (≤ 4/3 the FLOPs;
 # the ratios are printed above). The price of fused attention is not memory but FLOPs: its
 # backward recomputes the scores q·kᵀ it did not keep, one s² matmul per layer more than eager

@@ -9,9 +9,11 @@ HEADLINE_ENV = "COURSE_HEADLINE_FILE"
 
 
 def _fmt(v) -> str:
+    if v is None:
+        return "—"
     if isinstance(v, float):
-        if v.is_integer() and 1e4 <= abs(v) < 1e18:   # a whole number: as an int would show
-            return f"{int(v):,}"
+        if 1e4 <= abs(v) < 1e18:   # a large number reads as an int would show: 22,032, not 2.203e+04
+            return f"{v:,.0f}"
         return f"{v:.4g}"
     if isinstance(v, int) and abs(v) >= 10_000:
         return f"{v:,}"
@@ -29,6 +31,11 @@ def _scaled(value: float, unit: str) -> str:
     return f"{value:.4g} {prefixes[step]}{unit}"
 
 
+def quantity(value: float, unit: str) -> str:
+    """A count of ``unit`` ("B" or "FLOP") with a decimal prefix: 1234567 B -> '1.23 MB'."""
+    return _scaled(value, unit)
+
+
 def readable(name: str, value) -> str:
     """A headline figure with its unit, read from its name: ``*_bytes`` and ``*_mb``/``_kb``/
     ``_gb``/``_gib`` in bytes, ``*flops*`` in FLOP, ``*seconds*`` in s, ``probe_*``/``*_acc``/
@@ -42,6 +49,12 @@ def readable(name: str, value) -> str:
         return f"{value:.4g}x"
     if "_points" in key or key.startswith("gain_points"):
         return f"{value:+.1f} points"
+    if "probe" in key and any(w in key for w in ("spread", "standard_error")):
+        return f"{100 * value:.1f} points"    # a width of accuracies (fractions)
+    if "probe" in key and any(w in key for w in ("gain", "gap", "diff")):
+        return f"{100 * value:+.1f} points"   # a difference of two accuracies (fractions)
+    if key.endswith("_share"):
+        return f"{100 * value:.1f}%"
     for suffix, factor in (("_bytes", 1), ("_kb", 1e3), ("_mb", 1e6), ("_gb", 1e9), ("_gib", 2**30)):
         if key.endswith(suffix) or f"{suffix}_" in key:
             return _scaled(value * factor, "B") if factor != 2**30 else f"{value:.4g} GiB"

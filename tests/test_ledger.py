@@ -169,7 +169,7 @@ def test_re_encoded_counts_gradient_cachings_second_pass_not_a_cache():
     images, n = torch.rand(8, 3, 16, 16), 8
     for chunks, repeated in ((1, 0), (4, 2 * n)):
         torch.manual_seed(0)
-        backbone = SmallResNet(width=4, blocks=1)
+        backbone = SmallResNet(width=4, blocks=(1,))
         model = SimCLR(backbone, ProjectionHead(backbone.feature_dim, 16, 8))
         opt = torch.optim.SGD(model.parameters(), lr=0.0)
         step = make_step(model, opt, augment=SimCLRAugment(16), generator=torch.Generator().manual_seed(0),

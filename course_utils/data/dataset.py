@@ -37,6 +37,12 @@ class ImageDataset:
     def __len__(self) -> int:
         return self.images.shape[0]
 
+    def __str__(self) -> str:
+        """What a learner reads: 'shapes (train): 10,000 images of 3×32×32, 8 classes, on cpu'."""
+        c, h, w = self.images.shape[1:]
+        return (f"{self.name} ({self.split}): {len(self):,} images of {c}×{h}×{w}, "
+                f"{len(self.classes)} classes, on {self.images.device}")
+
     def __repr__(self) -> str:
         n, c, h, w = self.images.shape
         return (f"ImageDataset(name={self.name!r}, split={self.split!r}, n={n}, shape={c}×{h}×{w}, "

@@ -12,10 +12,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..report import format_table
+from ..report import format_table, quantity
 
 LEDGER_LINES = ("flops", "forward_flops", "backward_flops", "recomputed_flops", "activation_bytes",
                 "param_bytes", "grad_bytes", "optimizer_bytes", "cache_bytes", "comm_bytes")
+
+
+# each field's line of the ledger (lesson 01's table), as a printed record names it
+LINE_NAMES = {"flops": "compute", "forward_flops": "compute: forward",
+              "backward_flops": "compute: backward", "recomputed_flops": "repeated",
+              "activation_bytes": "kept for backward", "param_bytes": "resident state",
+              "grad_bytes": "resident state", "optimizer_bytes": "resident state",
+              "cache_bytes": "cached", "comm_bytes": "communicated", "comm": "communicated",
+              "encoded": "encoded now", "re-encoded": "repeated"}
 
 
 @dataclass
@@ -63,7 +72,16 @@ class LedgerRecord:
         return rows
 
     def __str__(self) -> str:
-        return format_table(self.rows()) + (f"\n{self.notes}" if self.notes else "")
+        """The record as a reader sees it: each field beside its ledger line, in units."""
+        def shown(line, value):
+            if line.startswith("comm:"):
+                return quantity(value, "B")
+            if isinstance(value, str) or line not in LEDGER_LINES:
+                return value
+            return quantity(value, "FLOP" if line.endswith("flops") else "B")
+        rows = [{"ledger line": LINE_NAMES.get(r["line"].split(":")[0], ""), "field": r["line"],
+                 "measured": shown(r["line"], r["measured"])} for r in self.rows()]
+        return format_table(rows) + (f"\n{self.notes}" if self.notes else "")
 
     def compare(self, prediction: dict) -> "Comparison":
         """Line-by-line comparison with an analytic prediction (keys = ledger line names)."""

@@ -66,8 +66,10 @@ class SmallResNet(nn.Module):
         checks.positive_int(width, "width")
         checks.positive_int(in_channels, "in_channels")
         checks.positive_int(num_classes, "num_classes", minimum=0)
-        blocks = tuple(blocks)
         hint = "blocks per stage, e.g. blocks=(1, 1, 1) or (2, 2, 2)"
+        if isinstance(blocks, int):
+            raise TypeError(f"blocks must be a sequence of positive ints ({hint}), got the int {blocks}")
+        blocks = tuple(blocks)
         if not blocks:
             raise ValueError(f"blocks must be a non-empty sequence of positive ints ({hint}), got ()")
         for i, n_blocks in enumerate(blocks):

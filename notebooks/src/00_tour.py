@@ -56,8 +56,7 @@ from course_utils.scales import config
 from course_utils.objectives import Supervised, make_step
 
 cfg = config(SCALE, ci=dict(grid=16), default=dict(grid=32), gpu=dict(grid=32))
-device = setup(SCALE, seed=cfg.seed)
-print(f"SCALE={cfg.scale!r} -> device {device}")
+device = setup(SCALE, seed=cfg.seed)   # prints the scale, why, and the device
 
 # %% [markdown]
 # ## The machine
@@ -77,7 +76,7 @@ print(format_table([{"fact": k, "value": v} for k, v in info.items()]))
 # `download=True` (CIFAR-10 and STL-10, for the gpu scale).
 
 # %%
-print(available_datasets())
+print("datasets the kit loads:", ", ".join(available_datasets()))
 shapes = load_dataset("shapes", "train", device=device)
 print(shapes)
 show_images(shapes.images[:cfg.grid], labels=shapes.labels[:cfg.grid], classes=shapes.classes,

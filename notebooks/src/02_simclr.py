@@ -157,7 +157,7 @@ row0 = -(sims[0, 3] / T - torch.logsumexp(sims[0, others] / T, dim=0))
 # the same row as cross-entropy over masked logits (what the kit does for all rows at once)
 masked = (sims / T).masked_fill(torch.eye(6, dtype=torch.bool), float("-inf"))
 per_anchor = F.cross_entropy(masked, torch.tensor([3, 4, 5, 0, 1, 2]), reduction="none")
-print("similarities of anchor 0:", [round(v, 3) for v in sims[0].tolist()])
+print("similarities of anchor 0 to the 6 rows:", ", ".join(f"{v:+.3f}" for v in sims[0].tolist()))
 print(f"loss of anchor 0 by hand: {row0:.4f}   as row 0 of the masked cross-entropy: {per_anchor[0]:.4f}")
 print(f"mean over the 6 anchors, kit: {nt_xent_loss(z1, z2, T):.4f}   textbook loop: {nt_xent_loss_naive(z1, z2, T):.4f}")
 
@@ -173,7 +173,8 @@ assert torch.allclose(nt_xent_loss(z1, z2, T), nt_xent_loss_naive(z1, z2, T), at
 # colours and stripes):
 
 # %%
-print(f"{train.name}: {len(train.classes)} classes, {cfg.image_size} px; views: {augment}")
+print(train)
+print(f"views: {augment}")
 view1, view2 = augment.two_views(train.images[:8], torch.Generator().manual_seed(0))
 show_images(torch.cat([train.images[:8], view1, view2]).cpu(), nrow=8,
             title="rows: image / view 1 / view 2")
@@ -282,9 +283,9 @@ one, acc = acc_rows
 activation_ratio = one["activation MB (peak)"] / acc["activation MB (peak)"]
 accumulation_loss_gap = one["loss"] - acc["loss"]
 log_candidate_ratio = math.log((2 * n - 1) / (2 * n // k - 1))
-print(f"activation line: {activation_ratio:.2f}x smaller with k = {k} micro-batches; "
-      f"loss {one['loss']:.3f} -> {acc['loss']:.3f} ({accumulation_loss_gap:.3f} lower; "
-      f"log((2N-1)/(2N/k-1)) = {log_candidate_ratio:.3f})")
+print(f"kept for backward: {activation_ratio:.2f}x less with k = {k} micro-batches; the loss is "
+      f"{accumulation_loss_gap:.3f} lower, against log((2N-1)/(2N/k-1)) = {log_candidate_ratio:.3f} "
+      f"from the fewer candidates")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -429,9 +430,9 @@ print(f"starting loss of the random-init encoder on real views: {start_loss:.3f}
       f"(chance level log(2N-1) = {math.log(2 * cfg.batch - 1):.3f}); after {cfg.steps} steps: {losses[-1]:.3f}")
 print(f"linear probe at random init: {100 * untouched_probe['linear']:.1f}% with BatchNorm as built, "
       f"{100 * random_probe['linear']:.1f}% calibrated (the choice moves the floor by "
-      f"{100 * abs(untouched_probe['linear'] - random_probe['linear']):.1f} points); against the stricter "
-      f"({floor_name}, {cfg.seeds} seeds span {100 * floor_spread:.1f} points) -> "
-      f"{100 * trained_probe['linear']:.1f}% after {cfg.steps} steps ({100 * probe_gain:+.1f} points)")
+      f"{100 * abs(untouched_probe['linear'] - random_probe['linear']):.1f} points)")
+print(f"after {cfg.steps} steps: {100 * trained_probe['linear']:.1f}%, {100 * probe_gain:+.1f} points over the "
+      f"stricter floor ({floor_name}; its {cfg.seeds} seeds span {100 * floor_spread:.1f} points)")
 if cfg.start_above_chance:               # the default scale's shapes data (see the prose below)
     assert start_loss > math.log(2 * cfg.batch - 1), "at this init the candidates' spread outweighs the positive"
 if cfg.min_probe_gain is not None:      # CI trains a few steps: nothing to claim there
@@ -449,7 +450,8 @@ if cfg.min_probe_gain is not None:      # CI trains a few steps: nothing to clai
 
 # %%
 replay = simclr_run(build_simclr(), augment)(3).history.series("loss")
-print("first 3 losses, main run:", [round(v, 6) for v in losses[:3]], " fresh run:", [round(v, 6) for v in replay])
+print("first 3 losses, main run:", ", ".join(f"{v:.6f}" for v in losses[:3]),
+      "| fresh run:", ", ".join(f"{v:.6f}" for v in replay))
 assert replay == losses[:3], "a fresh run of the same recipe must retrace the main run bit for bit"
 
 # %% [markdown]
@@ -551,9 +553,7 @@ ax.set_xlim(-0.5, len(cfg.temperatures) - 0.5)
 ax.set_ylabel(f"linear probe % ({cfg.ablation_steps} steps)"); ax.legend(); plt.show()
 
 print(f"linear probe after {cfg.ablation_steps} steps, mean of {cfg.temperature_seeds} seeds: "
-      f"{100 * mean_linear[t_low]:.1f}% at T={t_low}, {100 * mean_linear[t_high]:.1f}% at T={t_high} "
-      f"({100 * temperature_probe_gap:+.1f} points; same-seed differences "
-      f"{', '.join(f'{100 * g:+.1f}' for g in paired_gaps)})")
+      f"{100 * mean_linear[t_low]:.1f}% at T={t_low}, {100 * mean_linear[t_high]:.1f}% at T={t_high}")
 print(f"seed spread of the trained probe: {100 * trained_probe_seed_spread:.1f} points "
       f"(random init, {floor_name}: {100 * floor_spread:.1f} points)")
 print("linear probe, " + temperature_comparison.describe(100, " points"))
@@ -653,12 +653,10 @@ unexplained_jitter, unexplained_no_colour = 1 - with_c["colour R²"], 1 - withou
 colour_probe_gap = colour_comparison.mean                 # jitter minus no colour, mean over paired seeds
 print(f"loss at step {cfg.ablation_steps}, jitter minus no colour, per seed: "
       f"{', '.join(f'{g:.2f}' for g in shortcut_loss_gaps)} (the no-colour task is that much easier)")
-print(f"colour R², seed {cfg.seed}: {with_c['colour R²']:.3f} with jitter, {without_c['colour R²']:.3f} without: the "
-      f"mean colour's unexplained variance is {100 * unexplained_jitter:.1f}% vs {100 * unexplained_no_colour:.1f}% "
-      f"(random init, BN as built: R² {floor_colour_r2:.3f})")
+print(f"seed {cfg.seed}: the mean colour's unexplained variance (1 − R²) is {100 * unexplained_jitter:.1f}% with "
+      f"jitter vs {100 * unexplained_no_colour:.1f}% without")
 print("colour R², " + colour_r2_comparison.describe(100, " points of R²"))
-print("linear probe (shape), " + colour_comparison.describe(100, " points")
-      + f"; random init (BN as built) {100 * untouched_probe['linear']:.1f}%")
+print("linear probe (shape), " + colour_comparison.describe(100, " points"))
 
 # %%
 if cfg.min_shortcut_loss_gap is not None:
@@ -784,7 +782,7 @@ initial, full_update = fp64_update()
 update_size = (full_update - initial).abs().max().item()
 gap_cached = (fp64_update(chunks=k)[1] - full_update).abs().max().item()
 gap_accumulated = (fp64_update(accumulation=k)[1] - full_update).abs().max().item()
-print(f"max |Δθ| vs the full batch (whose own update is {update_size:.2e} at most): gradient caching "
+print(f"max |Δθ| vs the full batch (whose own update is {update_size:.3g} at most): gradient caching "
       f"{gap_cached:.1e}, accumulation {gap_accumulated:.1e} ({100 * gap_accumulated / update_size:.1f}% of the update)")
 
 # %%
@@ -840,11 +838,17 @@ for n in tqdm(cfg.gc_sweep, desc="memory sweep"):
     row["predicted caching"] = max(chunk_kept, row["loss alone"])
     row["predicted caching + tiled"] = max(chunk_kept, row["loss alone, tiled"])
     gc_sweep.append(row)
-show_table([{k: (v / 1e6 if k != "N" else v) for k, v in r.items()} for r in gc_sweep])
+print("kept for backward (MB), measured:")
+show_table([{k: (v / 1e6 if k != "N" else v) for k, v in r.items()
+             if k in ("N", "naive", "gradient caching", "gradient caching + tiled")} for r in gc_sweep])
+print("the loss alone, and the prediction max(one chunk, loss alone) (MB):")
+show_table([{k: (v / 1e6 if k != "N" else v) for k, v in r.items()
+             if k in ("N", "loss alone", "loss alone, tiled", "predicted caching", "predicted caching + tiled")}
+            for r in gc_sweep])
 n_top = cfg.gc_sweep[-1]
 loss_doubling = loss_alone_kept(2 * n_top, None) / gc_sweep[-1]["loss alone"]
 tiled_doubling = loss_alone_kept(2 * n_top, cfg.gc_tile) / gc_sweep[-1]["loss alone, tiled"]
-print(f"one chunk keeps {chunk_kept / 1e6:.3f} MB; doubling N from {n_top}: the plain loss keeps "
+print(f"doubling N from {n_top}: the plain loss keeps "
       f"{loss_doubling:.2f}x more (N² gives 4), the tiled loss {tiled_doubling:.2f}x (N·d gives 2)")
 
 fig, ax = plt.subplots(figsize=(6, 3.5))

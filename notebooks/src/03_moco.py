@@ -268,7 +268,7 @@ show_table([
 ])
 show_table([
     {"": "MoCo step", "negatives per anchor": cfg.queue, "cache MB": rec_moco.cache_bytes / 1e6,
-     "activation MB": rec_moco.activation_bytes / 1e6, "encoded": str(rec_moco.encoded)},
+     "activation MB": rec_moco.activation_bytes / 1e6, "encoded": ", ".join(f"{k} {v}" for k, v in rec_moco.encoded.items())},
     {"": f"SimCLR, batch {cfg.batch}", "negatives per anchor": 2 * cfg.batch - 2, "cache MB": 0.0,
      "activation MB": rec_simclr.activation_bytes / 1e6, "encoded": "2B views"},
     {"": f"SimCLR for {cfg.queue} negatives (extrapolated)", "negatives per anchor": cfg.queue,

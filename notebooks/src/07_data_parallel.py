@@ -46,8 +46,8 @@ cfg = config(
     gpu=dict(seed=0, ranks=2, dp=dict(steps=8, batch=64, hidden=256),
              comm=dict(hidden=1024, steps=5)),
 )
-device = setup(SCALE, seed=cfg.seed)
-print(device, "| ranks:", cfg.ranks)
+device = setup(SCALE, seed=cfg.seed)   # prints the scale, why, and the device
+print(f"ranks: {cfg.ranks}")
 
 # %% [markdown]
 # ## 1 · The problem: the batch you want is larger than one device
@@ -182,8 +182,9 @@ gap_in_eps = {(prec, opt): max(max(r[opt]["max_abs_diff"]) for r in run) / (eps[
               for prec, run in (("fp32", eq), ("fp64", eq64)) for opt in lesson.EQUIVALENCE_OPTIMIZERS}
 fp64_over_fp32 = max(max(max(r[o]["max_abs_diff"]) for r in eq64) / max(max(r[o]["max_abs_diff"]) for r in eq)
                      for o in lesson.EQUIVALENCE_OPTIMIZERS)
-print("max |Δθ| in units of ε·max|θ|:", {f"{p} {o}": round(v, 1) for (p, o), v in gap_in_eps.items()},
-      f"| fp64 gap / fp32 gap ≤ {fp64_over_fp32:.1e}")
+print("max |Δθ| in units of ε·max|θ| (ε: the dtype's machine epsilon): "
+      + ", ".join(f"{p} {o} {v:.1f}" for (p, o), v in gap_in_eps.items())
+      + f"; fp64 gap / fp32 gap ≤ {fp64_over_fp32:.1e}")
 
 # %% [markdown]
 # Not bitwise: the single process sums 2B per-row gradients inside one matrix product, DDP sums
@@ -201,9 +202,9 @@ print("max |Δθ| in units of ε·max|θ|:", {f"{p} {o}": round(v, 1) for (p, o)
 
 # %%
 ns = launch(lesson.ddp_no_sync_accumulation, cfg.ranks, {**cfg.dp, "accumulation": 4})
-print("max |Δθ| per step:", [f"{d:.1e}" for d in ns[0]["max_abs_diff"]],
-      "| all-reduced buckets per step:", ns[0]["allreduce_buckets_per_step"],
-      f"for {ns[0]['micro_batches']} micro-batches")
+buckets_per_step = set(ns[0]["allreduce_buckets_per_step"])
+print(f"over {len(ns[0]['max_abs_diff'])} steps: max |Δθ| {max(ns[0]['max_abs_diff']):.1e}; all-reduced buckets "
+      f"per step: {', '.join(map(str, sorted(buckets_per_step)))} for {ns[0]['micro_batches']} micro-batches")
 
 # %% [markdown]
 # **Bytes on the wire.** A DDP comm hook (`allreduce_mean_hook`) routes every gradient bucket
@@ -256,11 +257,10 @@ ax.plot([n for n, _ in measured], [w / 1e3 for _, w in measured], "o", label="me
 ax.set_xscale("log", base=2)
 ax.set_xlabel("ranks n")
 ax.set_ylabel("kB sent per rank per step")
-ax.set_title("bytes per rank: flat in n")
+ax.set_title("bytes per rank: bounded by 2·4Ψ in n")
 ax.legend()
 ax_lat.plot(ranks_axis, [2 * (n - 1) for n in ranks_axis], color="C3")
-ax_lat.set_xscale("log", base=2)
-ax_lat.set_xlabel("ranks n")
+ax_lat.set_xlabel("ranks n (linear axis: a straight line is linear growth)")
 ax_lat.set_ylabel("sequential steps 2(n−1) (× α each)")
 ax_lat.set_title("latency term: grows linearly in n")
 plt.tight_layout()
@@ -291,11 +291,12 @@ show_table([{"variant": v, "max |out − large batch|": bn[0][v]["output_diff"],
 show_table([{"SimCLR negatives": v, "candidates per anchor": sim[0][f"candidates_{k}"],
              "loss": sim[0][v]["loss"], "max |grad − large batch|": sim[0][v]["grad_diff"]}
             for v, k in (("per_rank", "per_rank"), ("gathered", "single"))])
-print(f"large-batch loss {sim[0]['loss_single']:.4f}; chance level log(2nB−1) = "
+print(f"chance level of the gathered loss, log(2nB − 1) for n ranks of B images: "
       f"{torch.log(torch.tensor(float(sim[0]['candidates_single']))):.4f}")
 owners = sorted(set((moco[0]["shared_ids"][moco[0]["shared_ids"] >= 0] // 1000).tolist()))
-print("ranks whose keys are in rank 0's shared queue:", owners,
-      "| same queue on both ranks:", torch.equal(moco[0]["shared_keys"], moco[1]["shared_keys"]))
+same_queue = torch.equal(moco[0]["shared_keys"], moco[1]["shared_keys"])
+print(f"rank 0's shared queue holds keys from ranks {', '.join(map(str, owners))}; "
+      f"both ranks hold the same queue: {'yes' if same_queue else 'no'}")
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -53,19 +53,19 @@ cfg = config(
             timing_dim=32, timing_depth=2, timing_batch=8, min_speedup=None,
             ledger_depths=[1, 2], encoder_kept_range=None, step_kept_range=None,
             photo_draws=2, sweep_ratios=[0.5, 0.75], claim_trends=False, min_loss_drop=None,
-            interpolation_wins=None, max_probe_gain=None, dataset="textures",
+            interpolation_wins=None, norm_pix_verdict=None, dataset="textures",
             probe_seeds=[0, 1, 2], probe_steps=4),
     default=dict(image_size=32, patch=4, dim=64, depth=4, batch=64, steps=1000, lr=1.5e-3, limit=None,
                  timing_dim=128, timing_depth=8, timing_batch=64, min_speedup=2.0,
                  ledger_depths=[1, 2, 4, 8], encoder_kept_range=(4.0, 5.0), step_kept_range=(2.0, 3.0),
                  photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=True,
-                 min_loss_drop=0.8, interpolation_wins=True, max_probe_gain=0.10,
+                 min_loss_drop=0.8, interpolation_wins=True, norm_pix_verdict="norm_pix_loss > pixels",
                  dataset="textures", probe_seeds=[0, 1, 2], probe_steps=400),
     gpu=dict(image_size=32, patch=4, dim=192, depth=8, batch=256, steps=3000, lr=1.5e-3, limit=None,
              timing_dim=192, timing_depth=12, timing_batch=256, min_speedup=None,
              ledger_depths=[2, 4, 8, 16], encoder_kept_range=None, step_kept_range=None,
              photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=False,
-             min_loss_drop=None, interpolation_wins=None, max_probe_gain=None,
+             min_loss_drop=None, interpolation_wins=None, norm_pix_verdict=None,
              dataset="cifar10", probe_seeds=[0, 1, 2], probe_steps=3000),
 )
 device = setup(SCALE, seed=cfg.seed)
@@ -529,34 +529,38 @@ def by_seed(arm, key="linear"):
 
 mae_vs_random = compare_paired(by_seed("MAE"), by_seed("random init"), names=("MAE", "random init"),
                                resolution=1 / n_test)
+norm_vs_random = compare_paired(by_seed("MAE + norm_pix_loss"), by_seed("random init"),
+                                names=("MAE + norm_pix_loss", "random init"), resolution=1 / n_test)
 norm_vs_pixels = compare_paired(by_seed("MAE + norm_pix_loss"), by_seed("MAE"),
                                 names=("norm_pix_loss", "pixels"), resolution=1 / n_test)
 norm_vs_pixels_knn = compare_paired(by_seed("MAE + norm_pix_loss", "knn"), by_seed("MAE", "knn"),
                                     names=("norm_pix_loss", "pixels"), resolution=1 / n_test)
 mae_gain = mae_vs_random.mean
 print("linear probe, " + mae_vs_random.describe(100, " points"))
+print("linear probe, " + norm_vs_random.describe(100, " points"))
 print("linear probe, " + norm_vs_pixels.describe(100, " points"))
 print("kNN probe,    " + norm_vs_pixels_knn.describe(100, " points"))
-if cfg.max_probe_gain is not None:
-    print(f"asserted at this scale: MAE > random init, by at most {100 * cfg.max_probe_gain:.0f} points on average")
+if cfg.norm_pix_verdict is not None:
+    print(f"asserted at this scale: the linear-probe verdict {cfg.norm_pix_verdict!r}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 assert same_start, "both MAE arms of a seed must start from the same weights"
-if cfg.max_probe_gain is not None:
-    assert mae_vs_random.verdict == "MAE > random init", mae_vs_random.describe(100, " points")
-    assert mae_gain <= cfg.max_probe_gain, f"MAE's probe gain {100 * mae_gain:+.1f} points: the prose says a few"
+if cfg.norm_pix_verdict is not None:   # the one direction the seeds resolve here (printed above)
+    assert norm_vs_pixels.verdict == cfg.norm_pix_verdict, norm_vs_pixels.describe(100, " points")
 
 # %% [markdown]
-# What the run shows, and what it does not. Over the paired seeds, the MAE encoder's linear probe
-# sits a few points above its own random init (the interval and the verdict are printed above,
-# and at the teaching scale the verdict is asserted, with the mean gain at most
-# `cfg.max_probe_gain`). A small gain: MAE's features are weak for *linear* probing — the paper
+# What the run shows, and what it does not. Each comparison is printed with its interval and the
+# verdict it allows. At the teaching scale the seeds resolve one direction, asserted: the
+# normalised-pixel target (`norm_pix_loss`, the paper's choice) gives a better linear probe than
+# plain pixels, with every seed's difference on the same side. Neither MAE arm is resolved above
+# its own random init after `cfg.probe_steps` steps (the intervals are printed; a "not resolved"
+# is not evidence that MAE learns nothing, only that three seeds at this budget cannot place its
+# gain). That fits what is known of MAE: its features are weak for *linear* probing — the paper
 # reports linear probing well below fine-tuning, and below contrastive methods such as MoCo v3,
-# even after hundreds of ImageNet epochs. Whether `norm_pix_loss` helps is printed with its
-# interval and verdict and not asserted in either direction: at this scale the verdict line says
-# whether three seeds can tell the two targets apart. The paper's ablation (normalised pixels
-# help fine-tuning by under a point on ImageNet) is a citation here, not evidence.
+# even after hundreds of ImageNet epochs; its ablation (normalised pixels help fine-tuning by
+# under a point on ImageNet) is a citation here, not evidence. The kNN probe's verdicts are
+# printed beside the linear ones and not asserted.
 
 # %% [markdown]
 # ### Mask-ratio sweep: cheaper encoder, harder task
@@ -833,5 +837,6 @@ headline(
     probe_mae=sum(by_seed("MAE").values()) / len(cfg.probe_seeds),
     probe_mae_norm_pix=sum(by_seed("MAE + norm_pix_loss").values()) / len(cfg.probe_seeds),
     mae_over_random_init_verdict=mae_vs_random.verdict,
+    norm_pix_over_random_init_verdict=norm_vs_random.verdict,
     norm_pix_over_pixels_verdict=norm_vs_pixels.verdict,
 )

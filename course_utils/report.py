@@ -45,7 +45,7 @@ def readable(name: str, value) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return _fmt(value)
     key = name.lower()
-    if "_over_" in key or "ratio" in key or "_vs_" in key:
+    if ("_over_" in key or "ratio" in key or "_vs_" in key) and "diff" not in key and "gap" not in key:
         return f"{value:.4g}x"
     if "_points" in key or key.startswith("gain_points"):
         return f"{value:+.1f} points"
@@ -72,8 +72,9 @@ def format_table(rows: list[dict], columns: list[str] | None = None) -> str:
     """Rows of dicts as a fixed-width text table."""
     if not rows:
         return "(no rows)"
-    columns = columns or list(rows[0])
-    cells = [[_fmt(r.get(c, "")) for c in columns] for r in rows]
+    # every row's keys, in order of first appearance: rows may differ (a missing cell prints —)
+    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
+    cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
     line = lambda vals: "  ".join(v.rjust(w) for v, w in zip(vals, widths))
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])

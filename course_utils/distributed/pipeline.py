@@ -132,6 +132,9 @@ def _orders(schedule: str, p: int, m: int, v: int) -> list[list[tuple]]:
 
 def zero_bubble_formula(devices: int, microbatches: int, forward: int = 1, backward: int = 2) -> float:
     """Bubble of the B/W split when W may be deferred freely: idle (p-1)(F+B_in-W) per device.
+    The simulator reaches it for an even ``backward`` (W = B_in) with W <= F (ZB-H1's condition)
+    and enough micro-batches (m >= 2p; lesson 09 finds the smallest cap); an odd one makes
+    W = B_in + 1, and then the idle time stays at the (p-1)F floor of one synchronised iteration.
 
     fraction = (p-1)(F+B_in-W) / ((p-1)(F+B_in-W) + m(F+B_in+W)), with B_in = backward//2."""
     b_in, w = backward // 2, backward - backward // 2

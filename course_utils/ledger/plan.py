@@ -305,7 +305,8 @@ def assumptions(gpt: bool, strategy: str, precision: str, attention: str) -> lis
     if gpt:
         said.append("attention: fused scaled_dot_product_attention (flash: no s² scores kept)"
                     if attention == "sdpa" else
-                    "attention: eager, the s² probabilities kept (6 bytes per score under autocast)")
+                    "attention: eager, the s² probabilities kept (6 bytes per score: softmax "
+                    "upcast to fp32, plus the bf16 copy the next matmul saves)")
     if precision == "fp32":
         said.append("precision: fp32 throughout")
     elif strategy == "fsdp":

@@ -60,7 +60,7 @@ print(device, cfg.example)
 # %% [markdown]
 # ## 1 · The problem: the weights are the smallest line
 #
-# A GPT-2-small-sized model's weights in bf16 take a fraction of a T4's 16 GB (printed below),
+# A GPT-2-small-sized model's weights in 16 bits take a fraction of a T4's 16 GB (printed below),
 # so "it fits" is the tempting conclusion. But training keeps much more than one copy of the
 # weights: a gradient per weight, Adam's two moments, an fp32 master copy under mixed precision —
 # and the activations the forward pass keeps until backward, which grow with batch × sequence.
@@ -349,11 +349,14 @@ plt.show()
 #   that a CPU cannot check, asserted exactly only when the lesson runs on a GPU.
 # - The T4 (Colab) and the V100 have no bf16: there mixed precision is fp16 autocast with a
 #   GradScaler, which stores the same bytes; "what fits" picks it for them (`precision=None`),
-#   refuses bf16 on them, and counts about 14.7 GiB of the T4's 16 GB as usable.
+#   refuses bf16 on them, and counts as usable only what the CUDA context leaves of the T4's
+#   16 GB (`memory.DEVICES`).
 # - Wall-time ratios on a shared CPU are noisy (on a busy machine full recomputation can even
 #   *look* faster); FLOP ratios are exact counts of matmul FLOPs, so the evidence asserts those.
 # - Activation memory is one line. Sharding the resident state across devices (lesson 08) or
-#   splitting the layers (lesson 09) changes which device holds which bytes, not the total.
+#   splitting the layers (lesson 09) mostly changes which device holds which bytes; not always
+#   the total: tensor parallelism without sequence parallelism keeps some activations on every
+#   rank, and 1F1B holds fewer micro-batches at once than GPipe.
 
 # %% [markdown]
 # ## Exercises

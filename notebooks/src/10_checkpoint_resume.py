@@ -327,7 +327,8 @@ assert gap > 1e-3, "without its queue the resumed MoCo run must differ"
 # **Claim 4.** A save killed midway leaves the previous checkpoint loadable. A child process
 # (multiprocessing) overwrites the checkpoint with a large state and is killed by the kernel after
 # writing part of it. With `ck.save` the old file survives (the half-written temporary file is
-# cleaned up later); with a plain `torch.save(state, path)` the old checkpoint is gone and
+# left behind, printed below; `CheckpointManager` deletes such leftovers of its own checkpoints
+# when it next saves); with a plain `torch.save(state, path)` the old checkpoint is gone and
 # `ck.load` says so, naming the file and what to do.
 
 # %%
@@ -454,8 +455,9 @@ assert hashes["killed and restarted"] == hashes["uninterrupted"], "the resumed r
 #   batch is kept: DCP reshards the model and optimizer (lesson 08), the schedule and the data
 #   position carry over (global batch i is the same examples at any world size), but each rank's
 #   own RNG stream (input noise, dropout) has no counterpart, so the continuation is another
-#   random draw. With neither, in fp64, a 2-rank run resumed on 1 rank ends within 1e-12 of the
-#   uninterrupted 2-rank run (`tests/test_distributed_train.py`). On GPUs the script asks torch
+#   random draw. With no input noise and no dropout, in fp64, a 2-rank run resumed on 1 rank ends
+#   equal to the uninterrupted 2-rank run up to summation order (checked by
+#   `tests/test_distributed_train.py`, not run here). On GPUs the script asks torch
 #   for deterministic algorithms; whether NCCL runs end bit for bit equal is for a GPU to show.
 # - The checkpoint covers what you hand it. A cache you forget (a queue, an EMA teacher, a memory
 #   bank), a data loader with worker processes holding their own RNG, or a callback you leave out

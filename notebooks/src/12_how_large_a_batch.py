@@ -51,6 +51,7 @@ cfg = config(
     ci=dict(seed=0, hidden=64, layers=3, probe_batch=32, probe_lr=0.08, probe_steps=60,
             probe_at=(0, 20, 59), average_over=2, b_small=8, b_big=64, draws=4,
             batches=(4, 16, 64, 256), lrs=(0.02, 0.08, 0.32), target=0.6, warmup=5, max_steps=400,
+            sweep_seeds=(0,),
             warmup_batch=256, warmup_steps=20, accumulation=4, micro_batch=8,
             simclr_limit=256, simclr_width=8, simclr_group=8, simclr_train_groups=2, simclr_big_groups=4,
             simclr_draws=1, simclr_steps=6, simclr_probe_at=(0, 4), simclr_average_over=1, simclr_lr=2e-3,
@@ -60,7 +61,7 @@ cfg = config(
                  b_small=16, b_big=512, draws=4,
                  batches=(4, 8, 16, 32, 64, 128, 256, 512, 1024),
                  lrs=(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64), target=0.1, warmup=10,
-                 max_steps=3000, warmup_batch=1024, warmup_steps=100, accumulation=32, micro_batch=2,
+                 max_steps=3000, sweep_seeds=(0, 1, 2), warmup_batch=1024, warmup_steps=100, accumulation=32, micro_batch=2,
                  simclr_limit=5000, simclr_width=8, simclr_group=32, simclr_train_groups=4, simclr_big_groups=16,
                  simclr_draws=2, simclr_steps=240, simclr_probe_at=(0, 20, 60, 120, 180, 237),
                  simclr_average_over=3, simclr_lr=2e-3,
@@ -70,7 +71,7 @@ cfg = config(
              probe_at=(0, 20, 40, 80, 120, 160, 240, 320, 400, 480, 560, 640), average_over=3,
              b_small=16, b_big=512, draws=4, batches=(4, 8, 16, 32, 64, 128, 256, 512, 1024),
              lrs=(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64), target=0.1, warmup=10,
-             max_steps=3000, warmup_batch=1024, warmup_steps=100, accumulation=32, micro_batch=2,
+             max_steps=3000, sweep_seeds=(0, 1, 2), warmup_batch=1024, warmup_steps=100, accumulation=32, micro_batch=2,
              simclr_limit=5000, simclr_width=8, simclr_group=32, simclr_train_groups=4, simclr_big_groups=16,
              simclr_draws=2, simclr_steps=240, simclr_probe_at=(0, 20, 60, 120, 180, 237),
              simclr_average_over=3, simclr_lr=2e-3,
@@ -402,7 +403,10 @@ if SCALE != "ci":
 # far above it, as $S = S_\text{min} + E_\text{min}/B$ says. For each batch size we train from the same
 # initial weights until the training loss reaches the target, trying each learning rate of a
 # grid (the paper tunes the LR per batch size too) with a linear warm-up, and keep the fewest
-# steps. A run that needs more steps than the best so far is stopped there.
+# steps. A run that needs more steps than the best so far is stopped there. One seed's S moves a
+# lot (its initial weights and data order), so the whole sweep runs for each of
+# `cfg.sweep_seeds`, and the claims below read the median S (and the median best LR) per batch;
+# the per-seed values are printed beside it.
 #
 # Two limits of this design. The warm-up is a fixed number of steps (printed below), so at large
 # B, where few steps are needed, it is a larger share of the run: that biases S upward there,
@@ -412,18 +416,28 @@ if SCALE != "ci":
 # %%
 print(f"batch sizes {', '.join(map(str, cfg.batches))}; LR grid {', '.join(map(str, cfg.lrs))}; "
       f"warm-up {cfg.warmup} steps; target loss {cfg.target}; at most {cfg.max_steps} steps")
-sweep = []
-for batch in tqdm(cfg.batches, desc="batch sizes"):
-    batches = train.batches(batch, seed=1)
-    best = dict(batch=batch, steps=None, lr=None)
-    for lr in cfg.lrs:
-        limit = best["steps"] or cfg.max_steps
-        model, step = trainer(batch, lr, cfg.warmup)
-        s = bs.steps_to_target(step, batches, lambda: full_loss(model), target=cfg.target, max_steps=limit)
-        if s is not None and (best["steps"] is None or s < best["steps"]):
-            best.update(steps=s, lr=lr)
-    best["examples"] = None if best["steps"] is None else best["steps"] * batch
-    sweep.append(best)
+per_seed = {}
+for seed in cfg.sweep_seeds:
+    per_seed[seed] = []
+    for batch in tqdm(cfg.batches, desc=f"batch sizes, seed {seed}"):
+        batches = train.batches(batch, seed=1 + seed)
+        best = dict(batch=batch, steps=None, lr=None)
+        for lr in cfg.lrs:
+            limit = best["steps"] or cfg.max_steps
+            model, step = trainer(batch, lr, cfg.warmup, seed=cfg.seed + seed)
+            s = bs.steps_to_target(step, batches, lambda: full_loss(model), target=cfg.target, max_steps=limit)
+            if s is not None and (best["steps"] is None or s < best["steps"]):
+                best.update(steps=s, lr=lr)
+        per_seed[seed].append(best)
+sweep = []   # per batch: the median over seeds (None if a seed never reached the target)
+for i, batch in enumerate(cfg.batches):
+    runs = [per_seed[seed][i] for seed in cfg.sweep_seeds]
+    done = all(r["steps"] is not None for r in runs)
+    steps = float(np.median([r["steps"] for r in runs])) if done else None
+    sweep.append({"batch": batch, "steps": steps, "lr": float(np.median([r["lr"] for r in runs])) if done else None,
+                  "examples": None if steps is None else steps * batch,
+                  "steps per seed": ", ".join(str(r["steps"]) for r in runs),
+                  "best LR per seed": ", ".join(str(r["lr"]) for r in runs)})
 show_table(sweep)
 reached = [r for r in sweep if r["steps"] is not None]
 B = np.array([r["batch"] for r in reached], float)

@@ -209,10 +209,12 @@ def work_04(p) -> list[Work]:
         vit = ViT(image_size=p["image_size"], patch_size=p["patch"], dim=p["dim"], depth=p["depth"], heads=4)
         return MAE(vit, mask_ratio=0.75, decoder_dim=64, decoder_depth=1)
     vit = ViT(image_size=p["image_size"], patch_size=p["patch"], dim=p["dim"], depth=p["depth"], heads=4)
-    return [Work("main run and the norm_pix_loss run (cfg.steps each)", 2 * p["steps"],
-                 step_flops(build, p["batch"])),
-            Work("three probes on the full train and test splits (all tokens)",
-                 3 * (CIFAR_TRAIN + CIFAR_TEST), forward_flops(vit))]
+    seeds = len(p["probe_seeds"])
+    return [Work("main run (cfg.steps)", p["steps"], step_flops(build, p["batch"])),
+            Work("probe arms: pixels and norm_pix_loss per seed (cfg.probe_steps each)",
+                 2 * seeds * p["probe_steps"], step_flops(build, p["batch"])),
+            Work("probes per seed (random init and two arms) on the full train and test splits",
+                 3 * seeds * (CIFAR_TRAIN + CIFAR_TEST), forward_flops(vit))]
 
 
 def work_05(p) -> list[Work]:

@@ -13,6 +13,7 @@ Both are deterministic and fast on CPU (10k × 256 features: about a second).
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 
 import torch
@@ -305,3 +306,41 @@ def classification_accuracy(model: nn.Module, dataset, *, batch_size: int = 512)
             logits = model(images[i:i + batch_size].to(device))
             correct += (logits.argmax(dim=1).cpu() == labels[i:i + batch_size].cpu()).sum().item()
     return correct / len(images)
+
+
+# --------------------------------------------------------------------------- the representation itself
+def collapse_stats(features: torch.Tensor) -> dict:
+    """How spread a batch of features is, with no labels: {"std", "effective_rank"}.
+
+    std: the mean over dimensions of the standard deviation of the L2-normalised features
+    (Chen & He 2021 §4.1): 0 when every input maps to one vector (collapse), about 1/√d when
+    they spread evenly over the sphere. effective_rank: exp of the entropy of the shares of
+    energy (squared singular values) of the N×d matrix of L2-normalised features, not centred
+    (Roy & Vetterli 2007's effective rank, on energies): near 1 when the rows share one
+    direction (collapse), up to min(N, d) when they use every direction equally."""
+    checks.tensor(features, "features", dim=2, shape_hint="N×d")
+    if features.shape[0] < 2:
+        raise ValueError(f"collapse_stats needs at least 2 rows, got {features.shape[0]}")
+    z = F.normalize(features.detach().double(), dim=1)
+    std = z.std(dim=0).mean().item()
+    energy = torch.linalg.svdvals(z).pow(2)
+    weights = energy / energy.sum()
+    weights = weights[weights > 0]
+    return {"std": std, "effective_rank": math.exp(-(weights * weights.log()).sum().item())}
+
+
+def alignment_uniformity(z1: torch.Tensor, z2: torch.Tensor, *, t: float = 2.0) -> dict:
+    """Wang & Isola (2020) on two views' features (N×d, row i of each the same image), L2-normalised:
+
+        alignment  = mean_i ‖z1_i − z2_i‖²                       (lower: views agree)
+        uniformity = log mean_{i<j} exp(−t ‖z_i − z_j‖²)        over the rows of z1 (lower: spread)
+
+    A collapsed representation has alignment 0 and uniformity 0, its worst."""
+    checks.tensor(z1, "z1", dim=2, shape_hint="N×d")
+    checks.tensor(z2, "z2", dim=2, shape_hint="N×d")
+    if z1.shape != z2.shape or z1.shape[0] < 2:
+        raise ValueError(f"z1 and z2 must share a shape N×d with N >= 2, got {tuple(z1.shape)} and {tuple(z2.shape)}")
+    a, b = F.normalize(z1.detach().double(), dim=1), F.normalize(z2.detach().double(), dim=1)
+    distances = torch.pdist(a).pow(2)
+    return {"alignment": (a - b).pow(2).sum(dim=1).mean().item(),
+            "uniformity": torch.logsumexp(-t * distances, dim=0).item() - math.log(distances.numel())}

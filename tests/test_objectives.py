@@ -6,7 +6,7 @@ import torch.nn as nn
 from course_utils.augment import SimCLRAugment
 from course_utils.ledger import measure
 from course_utils.models import ProjectionHead, SmallResNet, ViT
-from course_utils.objectives import MAE, MoCo, Objective, SimCLR, Supervised, make_step
+from course_utils.objectives import MAE, MoCo, Objective, SimCLR, SimSiam, Supervised, make_step
 
 IMAGES = torch.rand(8, 3, 16, 16, generator=torch.Generator().manual_seed(0))
 LABELS = torch.arange(8) % 3
@@ -21,11 +21,13 @@ def _objective(name):
     if name == "supervised":
         return Supervised(backbone, nn.Linear(backbone.feature_dim, 3))
     head = ProjectionHead(backbone.feature_dim, 16, 8)
+    if name == "SimSiam":
+        return SimSiam(backbone, head, dim=8)
     return (SimCLR(backbone, head) if name == "SimCLR" else
             MoCo(backbone, head, queue_size=16, bn_groups=2))
 
 
-@pytest.mark.parametrize("name", ["supervised", "SimCLR", "MoCo", "MAE"])
+@pytest.mark.parametrize("name", ["supervised", "SimCLR", "MoCo", "MAE", "SimSiam"])
 def test_every_objective_keeps_the_contract(name):
     model = _objective(name)
     assert isinstance(model, Objective)

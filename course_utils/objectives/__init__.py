@@ -4,6 +4,8 @@
 - ``simclr``     in-batch contrastive (NT-Xent over 2N views): candidates = images in the batch.
 - ``moco``       a queue of K past keys and a momentum key encoder: candidates from history.
 - ``mae``        masked autoencoding: the encoder sees only the visible patches.
+- ``simsiam``    no negatives: a predictor and a stop-gradient keep two views' features apart
+                 from the constant solution.
 
 Every objective is an ``nn.Module`` with ``training_loss(batch, *, augment=None,
 generator=None) -> {"loss", ...}``, ``.encoder`` (what a probe evaluates), ``.caches`` and
@@ -15,6 +17,7 @@ from .base import Batch, Objective, as_batch, make_step
 from .mae import MAE
 from .moco import MoCo
 from .simclr import SimCLR
+from .simsiam import SimSiam
 from .supervised import Supervised
 
-__all__ = ["Objective", "Batch", "as_batch", "make_step", "Supervised", "SimCLR", "MoCo", "MAE"]
+__all__ = ["Objective", "Batch", "as_batch", "make_step", "Supervised", "SimCLR", "MoCo", "MAE", "SimSiam"]

@@ -42,8 +42,10 @@ def readable(name: str, value) -> str:
     ``*mfu*`` fractions as percent, ``*_points*`` as points; ``*_over_*``/``*ratio*``/``*_vs_*``
     and small ``*flops*`` figures are ratios (x). Anything else, and every non-number, as ``_fmt`` writes it. The recorded value is never
     changed: this is only how it is shown."""
+    if isinstance(value, (list, tuple)):   # one figure per rank or stage: each with its unit
+        return ", ".join(readable(name, v) for v in value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return _fmt(value)
+        return "yes" if value is True else "no" if value is False else _fmt(value)
     key = name.lower()
     if ("_over_" in key or "ratio" in key or "_vs_" in key) and "diff" not in key and "gap" not in key:
         return f"{value:.4g}x"

@@ -80,7 +80,8 @@ def test_a_cell_ending_in_headline_shows_the_figures_once(capsys):
     ("full_recompute_flops_paid", 1.225, "1.225x"), ("in_batch_over_queue_bytes", 604.8, "604.8x"),
     ("probe_simclr", 0.568, "56.8%"), ("probe_gain", 0.368, "+36.8 points"),
     ("colour_probe_gap", -0.055, "-5.5 points"), ("probe_random_init_seed_spread", 0.024, "2.4 points"),
-    ("accumulation_update_share", 0.0314, "3.1%"), ("wire_bytes", 1094912.0, "1.095 MB"), ("gain_points_SimCLR_at_1_gflops", 1.2, "+1.2 points"),
+    ("accumulation_update_share", 0.0314, "3.1%"), ("pipeline_peak_alive_1f1b", [2, 1], "2, 1"),
+    ("dcp_exact", True, "yes"), ("wire_bytes", 1094912.0, "1.095 MB"), ("gain_points_SimCLR_at_1_gflops", 1.2, "+1.2 points"),
     ("cpu_seconds", 6.719, "6.719 s"), ("shapes_train_images", 10000, "10,000"), ("device", "cpu", "cpu")])
 def test_headline_figures_are_shown_with_their_units(name, value, shown):
     from course_utils.report import readable

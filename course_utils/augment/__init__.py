@@ -69,6 +69,16 @@ class SimCLRAugment:
         self.rotate = bool(rotate)
         self.blur_kernel = max(3, int(0.1 * self.image_size) // 2 * 2 + 1)    # odd, ≈10% of side
 
+    def __str__(self) -> str:
+        """The recipe in words, as a lesson prints it."""
+        low, high = self.crop_scale
+        steps = [f"random crop ({low:g}-{high:g} of the area) to {self.image_size} px"]
+        steps += ["flip"] * self.flip + ["rotation by 90° steps"] * self.rotate
+        if self.color:
+            steps.append(f"colour jitter (strength {self.color_strength:g})")
+        steps += ["grayscale"] * self.grayscale + ["blur"] * self.blur
+        return ", ".join(steps)
+
     def __repr__(self) -> str:
         return (f"SimCLRAugment(image_size={self.image_size}, crop_scale={self.crop_scale}, "
                 f"color={self.color}, color_strength={self.color_strength}, blur={self.blur}, "

@@ -140,7 +140,8 @@ print(f"max |full-batch grad - mean of 2 shard grads| = {identity_gap:.1e}")
 print(inspect.getsource(lesson.sampler_epochs))
 samples = launch(lesson.sampler_epochs, cfg.ranks)
 for epoch in range(len(samples[0]["seen"])):
-    print(f"epoch {epoch}: " + " | ".join(f"rank {r}: {s['seen'][epoch]}" for r, s in enumerate(samples)))
+    print(f"epoch {epoch}: " + " | ".join(f"rank {r} sees images {' '.join(map(str, s['seen'][epoch]))}"
+                                          for r, s in enumerate(samples)))
 
 # %%
 # NBVAL_CHECK_OUTPUT

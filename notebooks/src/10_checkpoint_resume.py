@@ -657,11 +657,11 @@ for _steps, _every, _keep in ((5, 7, 2), (21, 7, 5), (30, 1, 3), (14, 7, 1)):
 
 # %%
 headline(
-    resume_bitwise_identical=float(all(torch.equal(p, q) for p, q in zip(model_s.parameters(), model_b.parameters()))),
+    resume_bitwise_identical=all(torch.equal(p, q) for p, q in zip(model_s.parameters(), model_b.parameters())),
     moco_loss_gap_without_queue=gap,
-    killed_save_old_checkpoint_loads=float(survivor is not None),
+    killed_save_old_checkpoint_loads=survivor is not None,
     early_stop_step=es_hist.last("step"),
     early_stop_best_val_acc=stopper.best,
     distributed_resumed_from_step=dist_resumed_from,
-    distributed_resume_hash_equal=float(hashes["killed and restarted"] == hashes["uninterrupted"]),
+    distributed_resume_hash_equal=hashes["killed and restarted"] == hashes["uninterrupted"],
 )

@@ -81,7 +81,11 @@ class ExerciseVariant:
         return dict(self._values)
 
     def __repr__(self) -> str:
-        settings = ", ".join(f"{k}={v!r}" for k, v in self._values.items())
+        def shown(v):   # as a reader reads it: 6 and 10, not the tuple (6, 10)
+            if isinstance(v, (tuple, list)):
+                return " and ".join(map(str, v)) if len(v) == 2 else ", ".join(map(str, v))
+            return str(v)
+        settings = "; ".join(f"{k} {shown(v)}" for k, v in self._values.items())
         if not self.student:
             return (f"Exercise configuration of {self.lesson}: {settings}\n(no STUDENT_ID set, so "
                     "this is the lesson's own configuration; set STUDENT_ID in the parameters "

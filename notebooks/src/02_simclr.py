@@ -738,7 +738,7 @@ for method in GC_METHODS:
     gc_records[method] = rec
     gc_rows.append({"method": method, "views encoded": rec.encoded["views encoded"],
                     "of them repeated": rec.re_encoded.get("views encoded", 0),
-                    "candidates per anchor (computed)": 2 * cfg.gc_batch // (k if method == "accumulation" else 1) - 1,
+                    "candidates/anchor": 2 * cfg.gc_batch // (k if method == "accumulation" else 1) - 1,
                     "kept for backward MB": rec.activation_bytes / 1e6, "GFLOPs": rec.flops / 1e9})
 show_table(gc_rows)
 cached_vs_accumulation = gc_records["gradient caching"].activation_bytes / gc_records["accumulation"].activation_bytes

@@ -171,8 +171,8 @@ eq64 = launch(lesson.ddp_equivalence, cfg.ranks, {**cfg.dp, "dtype": "float64"})
 rows = []
 for opt in lesson.EQUIVALENCE_OPTIMIZERS:
     rows.append({"optimizer": opt,
-                 "rank 0 init checksum": eq[0][opt]["checksum_before_broadcast"],
-                 "rank 1 init checksum": eq[1][opt]["checksum_before_broadcast"],
+                 "rank 0 init sum": eq[0][opt]["checksum_before_broadcast"],
+                 "rank 1 init sum": eq[1][opt]["checksum_before_broadcast"],
                  "rank 1 after DDP()": eq[1][opt]["checksum_after_broadcast"],
                  "max |Δθ| fp32": max(max(r[opt]["max_abs_diff"]) for r in eq),
                  "max |Δθ| fp64": max(max(r[opt]["max_abs_diff"]) for r in eq64),

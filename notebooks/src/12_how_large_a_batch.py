@@ -819,8 +819,7 @@ print(f"N = {len(train)}; largest batch {int(B[-1])} = {B[-1] / len(train):.0%} 
 # ## Exercises
 #
 # Your exercises' configuration, drawn from `STUDENT_ID`: a fresh model of the lesson's kind (its
-# hidden width and initial seed), a batch near that model's noise scale (about 100-170 examples at
-# initialization), a large share of the training set, and a per-device batch. The checks
+# hidden width and initial seed), a batch near that model's noise scale at initialization, a large share of the training set, and a per-device batch. The checks
 # build your model and measure its gradients live (`bs.exact_noise_scale` for |G|² and tr Σ, and
 # the mean over random batches of the quantity you predict).
 #
@@ -861,7 +860,8 @@ def batch_gradient(model, rows):
 # examples drawn at random *with* replacement: `expected_batch_grad_sq(grad_sq, trace_cov, batch)`.
 # The check measures your model's noise scale, passes its two fields, then measures the mean of
 # |G_B|² over 300 random batches of `task.batch`, and compares within 10% (the sampling error of
-# that mean is a few percent; at your batch, leaving out either term misses by more than 25%).
+# that mean is a few percent; at a batch near the noise scale, leaving out either term misses by
+# far more than that, since there the two terms are about equal).
 
 # %% [raw]
 # # BEGIN SOLUTION

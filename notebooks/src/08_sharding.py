@@ -192,6 +192,8 @@ for n, per_rank in runs.items():
             assert r["fsdp"]["comm"]["payload"] == {"all_gather": 2 * pb, "reduce_scatter": pb}
             assert r["fsdp_keep"]["comm"]["payload"] == {"all_gather": pb, "reduce_scatter": pb}
             assert r["zero1"]["comm"]["payload"] == {"all_reduce": pb, "broadcast": pb}
+            # torch's ZeRO-1 sends an all-reduce (2(n−1)/n) and broadcasts ((n−1)/n): 3(n−1)/n·4Ψ
+            assert abs(r["zero1"]["comm"]["ring_bytes_sent"] - 3 * (n - 1) / n * pb) <= 1e-9 * pb, n
 
 # %% [markdown]
 # Predicted for 1–64 ranks, measured (dots) for 1 and 2:

@@ -316,7 +316,8 @@ def assumptions(gpt: bool, strategy: str, precision: str, attention: str) -> lis
         said.append(f"precision: CUDA autocast {precision[:4]} (softmax fp32), fp32 state; the "
                     "16-bit weight copies it makes are kept for backward")
     said.append("not counted: allocator caching and fragmentation, kernel workspaces, "
-                "temporaries freed inside one op, communication buffers")
+                "temporaries freed inside one op, communication buffers"
+                + (", one block's unsharded gradients before their reduce-scatter" if strategy == "fsdp" else ""))
     return said
 
 

@@ -226,10 +226,11 @@ for p, q in zip(model_s.parameters(), model_b.parameters()):
     assert torch.equal(p, q) if exact else torch.allclose(p, q, atol=1e-6)
 
 # %% [markdown]
-# **Claim 2.** Loading only the weights is a different run, because of two mechanisms: Adam
-# restarts from zero moments and the cosine schedule restarts at its peak learning rate. The
-# evidence checks each mechanism, then that the two arms agree until the first update and part
-# after it.
+# **Claim 2.** Loading only the weights is a different run: two things differ from a full
+# resume, Adam restarts from zero moments and the cosine schedule restarts at its peak learning
+# rate. The evidence checks that each differs, then that the two arms agree until the first
+# update and differ after it. It does not split the loss gap between the two causes: both change
+# at once here (restoring one and not the other would).
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -58,7 +58,7 @@ GiB = 2**30
 print(device, cfg.example)
 
 # %% [markdown]
-# ## 1 · The problem: the weights are the smallest line
+# ## 1 · The problem: the weights are the smallest line (tied with their gradients)
 #
 # A GPT-2-small-sized model's weights in 16 bits take a fraction of a T4's 16 GB (printed below),
 # so "it fits" is the tempting conclusion. But training keeps much more than one copy of the
@@ -71,6 +71,8 @@ gpt2_params = tinygpt_param_count(12, 768, 50257, 1024)
 print(f"GPT-2 small: {gpt2_params / 1e6:.0f} M parameters, {gpt2['params'] / GiB:.2f} GiB of bf16 weights")
 show_table([{"line": k, "GiB": round(v / GiB, 2)} for k, v in gpt2.items()])
 print(f"the bf16 weights are {gpt2['params'] / gpt2['total']:.0%} of the predicted total")
+# the predictor's lines: the weights are the smallest, tied with their 2-byte gradients
+assert gpt2["params"] == min(v for k, v in gpt2.items() if k != "total") == gpt2["grads"]
 
 # %% [markdown]
 # ## 2 · The mechanism: bytes per parameter, and activations per token

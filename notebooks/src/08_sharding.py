@@ -244,7 +244,8 @@ assert sum(f.endswith(".distcp") for f in ckpt[0]["files"]) == cfg.ranks and ".m
 # **Resharding.** The metadata file records which slice of each tensor every shard holds, so the
 # loading run may shard differently. Save from `cfg.ranks` ranks after a few steps, then load
 # with a single process (FSDP2 on a one-rank mesh) into a model built from *other* initial
-# weights, with no optimizer state yet (both checked before the load), and compare the whole
+# weights, with no optimizer state yet (both checked before the load: a guard against a test
+# that could not fail, since the fresh model has taken no step), and compare the whole
 # state (weights and AdamW's moments) bitwise with what was saved. (A training run resumed on
 # another number of ranks also needs its schedule and data position, which the kit's script
 # carries, and each rank's RNG stream, which has no counterpart there: lesson 10's boundary.)

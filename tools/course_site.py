@@ -116,17 +116,15 @@ def _times(build: Path) -> dict:
     """lesson -> {scale: seconds} from the runner's build/times-SCALE.json files."""
     times: dict = {}
     for f in sorted(build.glob("times-*.json")):
-        try:
-            for name, seconds in json.loads(f.read_text()).items():
-                times.setdefault(name, {})[f.stem.removeprefix("times-")] = seconds
-        except (OSError, ValueError, AttributeError):
-            continue
+        for name, seconds in read_json_dict(f).items():
+            times.setdefault(name, {})[f.stem.removeprefix("times-")] = seconds
     return times
 
 
-def _headlines(build: Path, name: str) -> dict:
+def read_json_dict(path: Path) -> dict:
+    """The JSON object in ``path``, or {} if it is missing or not one (a run still writing it)."""
     try:
-        return dict(json.loads((build / "headlines" / f"{name}.json").read_text()))
+        return dict(json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         return {}
 
@@ -141,7 +139,7 @@ def _card(name: str, nb, build: Path, times: dict, error: str | None) -> str:
         body = f'<div class="error">{html.escape(error)}</div>'
     else:
         rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(readable(k, v))}</td></tr>"
-                       for k, v in _headlines(build, name).items())
+                       for k, v in read_json_dict(build / "headlines" / f"{name}.json").items())
         body = f'<table class="figures">{rows}</table>' if rows else "<p>(no headline figures)</p>"
     png = figure(nb)
     image = f'<img alt="a figure from {html.escape(name)}" src="data:image/png;base64,{png}">' \

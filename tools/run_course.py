@@ -124,15 +124,8 @@ def report(result: dict, out: Path) -> None:
 def record_times(results: list[dict], scale: str) -> None:
     """build/times-SCALE.json: each lesson's latest time (the next run starts the longest first)."""
     times_file = BUILD / f"times-{scale}.json"
-    times = {**_read_times(times_file), **{r["name"]: round(r["seconds"], 1) for r in results}}
+    times = {**course_site.read_json_dict(times_file), **{r["name"]: round(r["seconds"], 1) for r in results}}
     times_file.write_text(json.dumps(times, indent=1, sort_keys=True))
-
-
-def _read_times(path: Path) -> dict:
-    try:
-        return dict(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
-        return {}
 
 
 def run(scale: str, only: list[str], jobs: int | None = None) -> int:
@@ -166,7 +159,7 @@ def run(scale: str, only: list[str], jobs: int | None = None) -> int:
                                  initargs=(threads,)) as pool:
             # longest first by the last run's times (build/times-SCALE.json; unknown ones keep the
             # lesson order after them), so the two workers finish close together
-            times = _read_times(BUILD / f"times-{scale}.json")
+            times = course_site.read_json_dict(BUILD / f"times-{scale}.json")
             order = sorted(notebooks, key=lambda nb: -float(times.get(nb.stem, 0.0)))
             running = {pool.submit(_execute_in_worker, nb, BUILD / nb.name, scale): nb for nb in order}
             for future in tqdm(as_completed(running), total=len(running), unit="lesson",

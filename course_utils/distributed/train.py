@@ -247,22 +247,29 @@ def load_checkpoint(path, model, optimizer, schedule, device, rank, batch, seed)
     if same_world:
         set_rng_state(mine["rng"], device)
     else:   # no rank of the old run is this rank: a new stream, seeded by the step it resumes at
-        torch.manual_seed(seed * 1000 + rank + 7919 * (mine["position"]["step"] + 1))
+        new_seed = seed * 1000 + rank + 7919 * (mine["position"]["step"] + 1)
+        torch.manual_seed(new_seed)
         if device.type == "cuda":
-            torch.cuda.manual_seed(seed * 1000 + rank + 7919 * (mine["position"]["step"] + 1))
+            torch.cuda.manual_seed(new_seed)
         if rank == 0:
             print(f"resharded: written by {saved['world_size']} ranks, resumed on "
                   f"{dist.get_world_size()}; each rank's noise and dropout draw from a new seed", flush=True)
     return mine["position"]
 
 
-def params_sha256(model) -> str:
-    """sha256 of every parameter (FSDP2 shards gathered first), in order, as fp32 bytes."""
+def full_parameters(model) -> dict:
+    """name -> the whole parameter on the CPU, in order (FSDP2 shards gathered: a collective,
+    so every rank calls it, once)."""
+    return {name: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu()
+            for name, p in model.named_parameters()}
+
+
+def params_sha256(params: dict) -> str:
+    """sha256 of every parameter of ``full_parameters``, in order, as fp32 bytes."""
     digest = hashlib.sha256()
-    for name, p in model.named_parameters():
-        full = p.full_tensor() if hasattr(p, "full_tensor") else p
+    for name, full in params.items():
         digest.update(name.encode())
-        digest.update(full.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+        digest.update(full.to(torch.float32).contiguous().numpy().tobytes())
     return digest.hexdigest()
 
 
@@ -319,12 +326,11 @@ def train(args) -> str:
     if args.stop_after and args.checkpoint_dir and position["step"] % (args.checkpoint_every or last + 1):
         save_checkpoint(args.checkpoint_dir, position["step"], position, model, optimizer,
                         schedule, device, rank, args.keep, args.batch)   # preempted: save first
-    hexdigest = params_sha256(model)
-    full = {name: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu()
-            for name, p in model.named_parameters()} if args.final_weights else None
+    full = full_parameters(model)
+    hexdigest = params_sha256(full)
     dist.barrier()
     if rank == 0:
-        if full is not None:
+        if args.final_weights:
             torch.save(full, args.final_weights)
         print(f"{HASH_PREFIX}{hexdigest}", flush=True)
     dist.destroy_process_group()

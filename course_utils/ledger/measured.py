@@ -145,10 +145,9 @@ class _SavedTensorTracker:
         if key in self.exclude or isinstance(tensor, nn.Parameter) or isinstance(tensor._base, nn.Parameter):
             return holder   # resident state, or parameters FSDP gathered (and frees after forward)
         esize = tensor.element_size()
-        start = tensor.storage_offset() * esize
-        extent = sum((n - 1) * abs(st) for n, st in zip(tensor.shape, tensor.stride())) + 1
+        start, end = element_span(tensor)
         self.count += 1
-        self.views.setdefault(key, {})[id(holder)] = (start, start + extent * esize)
+        self.views.setdefault(key, {})[id(holder)] = (start * esize, end * esize)
         self._update(key)
         weakref.finalize(holder, self._release, key, id(holder))
         return holder
@@ -159,6 +158,12 @@ class _SavedTensorTracker:
 
 
 # --------------------------------------------------------------------------- resident state
+
+def element_span(tensor) -> tuple[int, int]:
+    """[first, last + 1) element of its storage that ``tensor`` (a strided view) can reach."""
+    start = tensor.storage_offset()
+    return start, start + sum((n - 1) * abs(st) for n, st in zip(tensor.shape, tensor.stride())) + 1
+
 
 def storage_key(tensor) -> StorageWeakRef:
     """Identity of the storage behind ``tensor``, valid for fake tensors too (whose data_ptr is
@@ -220,7 +225,7 @@ def _count_items(encoders: dict) -> tuple[dict, dict, list]:
     for name, module in encoders.items():
         if not isinstance(module, nn.Module):
             raise TypeError(f"encoders[{name!r}] must be an nn.Module, got {type(module).__name__}")
-        seen: list = []   # (storage, first byte, last byte) of every input encoded this step
+        seen: list = []   # (storage, element_span) of every input encoded this step
 
         def hook(_mod, args, _name=name, _seen=seen):
             x = args[0] if args else None
@@ -229,8 +234,7 @@ def _count_items(encoders: dict) -> tuple[dict, dict, list]:
                 items = x.shape[0] * (x.shape[1] if x.dim() == 3 else 1)
                 counts[_name] += items
                 if x.layout == torch.strided and x.numel():
-                    key, start = storage_key(x), x.storage_offset()
-                    end = start + sum((n - 1) * abs(st) for n, st in zip(x.shape, x.stride())) + 1
+                    key, (start, end) = storage_key(x), element_span(x)
                     if any(k == key and s <= start and end <= e for k, s, e in _seen):
                         again[_name] += items
                     else:

@@ -285,9 +285,8 @@ def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str =
                                 precision=precision, optimizer=optimizer or "adamw",
                                 attention=attention)
             if strategy == "fsdp":
-                h, seq = shape["hidden"], size or 4096
-                root, block = 32000 * h + seq * h + 2 * h, 12 * h * h + 13 * h
-                gathered = (2 if precision != "fp32" else 4) * (root + 2 * block)
+                gathered = fsdp_gathered_bytes(hidden=shape["hidden"], vocab=32000,
+                                               seq=size or 4096, precision=precision)
         else:
             record = ssl_ledger(SSL_MODELS[model], per_device_batch, image_size=size or 224,
                                 ddp=devices > 1, queue_size=queue_size, mask_ratio=mask_ratio,
@@ -297,6 +296,18 @@ def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str =
             "fits": needed <= device_bytes, "margin_bytes": device_bytes - needed,
             "step_seconds": record.flops / (peak_flops * mfu),
             "assumptions": assumptions(gpt, strategy, precision, attention)}
+
+
+def fsdp_gathered_bytes(*, hidden: int, vocab: int, seq: int, precision: str) -> int:
+    """Bytes of full parameters FSDP2 holds gathered at once for a ``TinyGPT`` sharded as
+    ``gpt_ledger`` shards it: the root (embeddings, final norm; kept from forward to backward)
+    and two blocks (the one computing and the one prefetched), 2 bytes each under a 16-bit
+    policy, 4 in fp32. Counted from ``tinygpt_param_count``, not measured."""
+    from ..transformer import tinygpt_param_count
+    checks.choice(precision, "precision", PRECISIONS)
+    root = tinygpt_param_count(0, hidden, vocab, seq)
+    block = tinygpt_param_count(1, hidden, vocab, seq) - root
+    return (4 if precision == "fp32" else 2) * (root + 2 * block)
 
 
 def assumptions(gpt: bool, strategy: str, precision: str, attention: str) -> list[str]:

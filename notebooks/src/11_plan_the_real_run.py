@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from course_utils.exercises import check_close, check_equal
 from course_utils.ledger import fake_mode, fake_world, recompute_tradeoff, utilisation
-from course_utils.ledger.plan import assumptions as plan_assumptions
+from course_utils.ledger.plan import assumptions as plan_assumptions, fsdp_gathered_bytes
 from course_utils.ledger.plan import (gathered_negatives_ledger, gpt_ledger, ledger_lines, plan_run,
                                       resnet50_encoder, ssl_ledger, vit_large_16)
 from course_utils.models import SmallResNet
@@ -260,12 +260,13 @@ h = GPT_7B["hidden"]
 block_params = 12 * h * h + 13 * h
 root_params = GPT_7B["vocab"] * h + GPT_7B["seq"] * h + 2 * h
 psi = gpt["ddp", n0, "none"].param_bytes // 4   # parameters (fp32, unsharded under DDP)
-assert psi == root_params + cfg.gpt_layers * block_params   # TinyGPT's count, which gathered_bytes uses
+assert psi == root_params + cfg.gpt_layers * block_params   # TinyGPT's count (transformer.tinygpt_param_count)
 
 
 def gathered_bytes(strategy):
     """bf16 parameters FSDP2 holds gathered at once: the root and two blocks; DDP holds none."""
-    return 2 * (root_params + 2 * block_params) if strategy == "fsdp" else 0
+    return fsdp_gathered_bytes(hidden=h, vocab=GPT_7B["vocab"], seq=GPT_7B["seq"],
+                               precision="bf16-mixed") if strategy == "fsdp" else 0
 
 
 def needs_gpt(strategy, rec):

@@ -1,6 +1,6 @@
 """What a few CPU minutes of each objective buy, on synthetic and on real-photo data.
 
-For SimCLR, MoCo and MAE: train for a fixed budget of core-seconds (``runtime.core_seconds``:
+For SimCLR, MoCo, SimSiam and MAE: train for a fixed budget of core-seconds (``runtime.core_seconds``:
 CPU time / threads, the wall-clock of an idle machine), then linear-probe the encoder the
 objective trains (``model.encoder``) and subtract the same architecture at random init, on
 
@@ -15,7 +15,11 @@ the goal lies within two standard errors of the row: ``textures`` tests on 512 c
 gain's standard error is a few points); nothing is tuned per row to pass. All objectives see
 the same images per step (batch 128 at 16 px), the contrastive ones share one backbone
 (SmallResNet width 16) and augmentation per dataset; MAE trains the kit's ViT, so its random-init
-floor is that ViT's.
+floor is that ViT's. SimSiam has no negatives and takes lesson 13's recipe: its paper's heads (a
+projector ending in BatchNorm, a predictor) and AdamW with weight decay 0.05 (the contrastive rows
+keep 1e-4): in lesson 13's pilot runs SimSiam at 1e-4 gained a few points in 2,000 steps where
+0.05 gained about ten, and analyses of non-contrastive learning tie its stability to weight decay
+(Tian et al. 2021).
 """
 from __future__ import annotations
 
@@ -28,16 +32,20 @@ from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
 from course_utils.evaluate import probe_encoder
 from course_utils.models import ProjectionHead, SmallResNet, ViT
-from course_utils.objectives import MAE, MoCo, SimCLR, make_step
+from course_utils.objectives import MAE, MoCo, SimCLR, SimSiam, make_step
+from course_utils.objectives.simsiam import prediction_mlp
 from course_utils.runtime import core_seconds
 
 IMAGE_SIZE, BATCH, GOAL_POINTS = 16, 128, 15
-OBJECTIVES = ("simclr", "moco", "mae")
+OBJECTIVES = ("simclr", "moco", "simsiam", "mae")
 # the lessons' recipe on shapes (large crops, strong colour, quarter turns); on textures colour is
 # part of what a photo looks like, so the colour distortion is the paper's CIFAR strength (0.5)
 AUGMENT = {"shapes": dict(crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True),
            "textures": dict(crop_scale=(0.3, 1.0), color_strength=0.5, rotate=True)}
 KNOWN_LIMITS = {
+    "simsiam": "SimSiam has no negatives and is known to start slowly (its paper trains 800 "
+               "epochs on CIFAR-10); lesson 13 measures it behind SimCLR and MoCo at matched "
+               "FLOPs early in training",
     "mae": "MAE's features are known to need fine-tuning or long pre-training before a linear "
            "probe reads them well (the MAE paper's linear probe lags its fine-tuning by a wide "
            "margin): a linear probe after minutes of training understates what it learned",
@@ -81,8 +89,14 @@ def _encoder(family: str) -> torch.nn.Module:
 
 
 def _build(name: str, augment):
-    """-> (objective, step) with the lessons' settings (temperature 0.2, queue 1024, mask 0.75)."""
+    """-> (objective, step) with the lessons' settings (temperature 0.2, queue 1024, mask 0.75;
+    SimSiam as lesson 13 builds it)."""
     encoder = _encoder(_family(name))
+    if name == "simsiam":
+        projector = ProjectionHead(encoder.feature_dim, 128, 64, output_batch_norm=True)
+        model = SimSiam(encoder, projector, 64, predictor=prediction_mlp(64, 64))
+        opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.05)
+        return model, make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0))
     if name == "mae":
         model = MAE(encoder, mask_ratio=0.75, decoder_dim=32)
         opt = torch.optim.AdamW(model.parameters(), lr=1.5e-3, weight_decay=0.05)

@@ -84,12 +84,14 @@ class Comparison:
             return f"{self.names[1]} > {self.names[0]}"
         return NOT_RESOLVED
 
-    def describe(self, scale: float = 1.0, unit: str = "") -> str:
-        """One line: the mean difference, its 95% interval, the seeds, the verdict (× scale)."""
+    def describe(self, scale: float = 1.0, unit: str = "", digits: int = 1) -> str:
+        """One line: the mean difference, its 95% interval, the seeds, the verdict (× scale,
+        ``digits`` after the decimal point)."""
         low, high = self.interval
-        each = ", ".join(f"{scale * d:+.1f}" for d in self.differences)
-        return (f"{self.names[0]} − {self.names[1]}: {scale * self.mean:+.1f}{unit}, 95% interval "
-                f"[{scale * low:+.1f}, {scale * high:+.1f}]{unit} over {len(self.differences)} "
+        f = f"+.{digits}f"
+        each = ", ".join(f"{scale * d:{f}}" for d in self.differences)
+        return (f"{self.names[0]} − {self.names[1]}: {scale * self.mean:{f}}{unit}, 95% interval "
+                f"[{scale * low:{f}}, {scale * high:{f}}]{unit} over {len(self.differences)} "
                 f"paired seeds ({each}): {self.verdict}")
 
 

@@ -54,14 +54,14 @@ def test_ssl_quality_benchmark_reports_every_objective_on_both_datasets():
     result = load("bench_ssl_quality").run(quick=True, seconds=0.2)
     for dataset in ("shapes", "textures"):
         rows = result["datasets"][dataset]
-        for name in ("simclr", "moco", "mae"):
+        for name in ("simclr", "moco", "simsiam", "mae"):
             assert rows[name]["steps"] >= 1 and 0.0 <= rows[name]["linear"] <= 1.0
             assert rows[name]["goal_met"] == (rows[name]["linear_gain_points"] >= 15)
             se = rows[name]["gain_standard_error_points"]
             assert 0 < se < 10 and rows[name]["goal_within_two_standard_errors"] == \
                 (rows[name]["linear_gain_points"] + 2 * se >= 15)
     listed = {(s["dataset"], s["objective"]) for s in result["shortfalls"]}
-    assert listed == {(d, n) for d in ("shapes", "textures") for n in ("simclr", "moco", "mae")
+    assert listed == {(d, n) for d in ("shapes", "textures") for n in ("simclr", "moco", "simsiam", "mae")
                       if not result["datasets"][d][n]["goal_met"]}, "every shortfall is reported"
 
 

@@ -21,6 +21,8 @@ def test_a_tie_and_a_noisy_gap_are_not_resolved():
     tie = compare_paired([0.3, 0.3, 0.3], [0.3, 0.3, 0.3])
     assert tie.verdict == NOT_RESOLVED        # a tie is not evidence of "no effect" either way
     assert "not resolved" in tie.describe(100, " points")
+    small = compare_paired([0.012, 0.011, 0.013], [0.0, 0.0, 0.0], ("A", "B"))
+    assert small.describe().startswith("A − B: +0.0,") and small.describe(digits=3).startswith("A − B: +0.012,")
 
 
 def test_the_standard_error_is_that_of_the_paired_differences():

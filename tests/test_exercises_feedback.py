@@ -257,6 +257,16 @@ WRONG_FORMS = [  # (lesson, question, what, wrong answer cell)
      "def max_visible_tokens(length, dim, share):\n    return max(1, int(share * length))"),
     ("09_pipeline_tensor_parallel", "q2_peak_activations", "p - s whatever m",
      "def peak_activations_1f1b(p, m):\n    return [p - s for s in range(p)]"),
+    ("13_no_negatives", "q1_partial_collapse", "the population std (N, not N − 1)",
+     "def predicted_effective_rank(k, d, m):\n    return float(k)\n"
+     "def predicted_std(k, d, m):\n    return k * math.sqrt((1 / k) * (1 - 1 / k)) / d"),
+    ("13_no_negatives", "q1_partial_collapse", "the mean over the k used dimensions only",
+     "def predicted_effective_rank(k, d, m):\n    return float(k)\n"
+     "def predicted_std(k, d, m):\n    n = k * m\n"
+     "    return math.sqrt((m * (1 - 1 / k) ** 2 + (n - m) / k ** 2) / (n - 1))"),
+    ("13_no_negatives", "q2_uniformity_of_clusters", "every ordered pair, each row with itself too",
+     "def predicted_uniformity(k, m, t):\n    n = k * m\n"
+     "    return math.log((k * m * m + (n * n - k * m * m) * math.exp(-2 * t)) / (n * n))"),
 ]
 
 

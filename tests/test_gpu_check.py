@@ -68,7 +68,7 @@ def test_a_check_left_out_for_time_is_not_a_pass(tmp_path):
 
 
 def test_every_lesson_is_checked_the_likeliest_crash_first():
-    assert gpu_check.LESSONS[0] == "10" and len(set(gpu_check.LESSONS)) == 13
+    assert gpu_check.LESSONS[0] == "10" and len(set(gpu_check.LESSONS)) == 14
     assert gpu_check.LESSONS[-2:] == ("02", "03")   # the longest last
 
 

@@ -229,6 +229,12 @@ def test_projection_head():
     assert count_parameters(plain) == 65 * 32 + 33 * 16
     with pytest.raises(ValueError, match="B×64"):
         head(torch.randn(4, 32))
+    # SimSiam's projector ends in BatchNorm: in training mode each output dimension is standardised
+    ended = ProjectionHead(64, hidden_dim=32, out_dim=16, output_batch_norm=True)
+    assert isinstance(ended.net[-1], nn.BatchNorm1d) and count_parameters(ended) == count_parameters(head) + 2 * 16
+    out = ended(torch.randn(32, 64))
+    assert torch.allclose(out.mean(0), torch.zeros(16), atol=1e-5)
+    assert torch.allclose(out.var(0, unbiased=False), torch.ones(16), atol=1e-3)
 
 
 # ----------------------------------------------------------------------------- factory

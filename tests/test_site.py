@@ -104,7 +104,7 @@ def test_a_raw_echo_is_reported_and_an_empty_build_says_what_to_run(stand_in_bui
 def test_every_lesson_has_a_title_and_a_plot_for_its_card():
     """The card needs a heading (its title) and a figure: each lesson source has both."""
     sources = sorted((ROOT / "notebooks" / "src").glob("[0-9][0-9]_*.py"))
-    assert len(sources) == 13
+    assert len(sources) == 14
     for src in sources:
         text = src.read_text()
         assert "# # " in text, f"{src.name}: no markdown heading for the site's card"

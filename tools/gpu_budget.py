@@ -241,8 +241,36 @@ def work_06(p) -> list[Work]:
     return [Work("TinyGPT steps (example, sweep x recompute modes, optimizers, trade-off)", 1, steps)]
 
 
+def work_13(p) -> list[Work]:
+    from course_utils.augment import SimCLRAugment
+    from course_utils.models import ProjectionHead, SmallResNet
+    from course_utils.objectives import SimSiam
+    from course_utils.objectives.simsiam import prediction_mlp
+    blocks = tuple(p["blocks"])
+    augment = SimCLRAugment(p["image_size"], crop_scale=tuple(p["crop_scale"]),
+                            color_strength=p["color_strength"], rotate=p["rotate"])
+
+    def build():
+        backbone = SmallResNet(width=p["width"], blocks=blocks)
+        projector = ProjectionHead(backbone.feature_dim, 128, p["dim"], output_batch_norm=True)
+        return SimSiam(backbone, projector, p["dim"], predictor=prediction_mlp(p["dim"], p["dim"]))
+    # a SimSiam step costs what SimCLR's does (the lesson asserts within 5%), so every
+    # budget run counts as cfg.budget_steps SimSiam steps: MoCo's more, cheaper steps add to the same
+    step = step_flops(build, p["batch"], augment=augment)
+    image = forward_flops(SmallResNet(width=p["width"], blocks=blocks))
+    seeds = len(p["seeds"])
+    reads = 3 * (p["collapse_steps"] // p["collapse_every"] + 2) + 3 * seeds
+    return [Work("collapse arms: kept, no stop-gradient, no predictor (cfg.collapse_steps each)",
+                 3 * p["collapse_steps"], step),
+            Work("matched budget: 3 objectives x cfg.seeds, the FLOPs of cfg.budget_steps steps each",
+                 3 * seeds * p["budget_steps"], step),
+            Work("probes: the random init and 3 objectives per seed (probe_train + probe_test)",
+                 4 * seeds * (p["probe_train"] + p["probe_test"]), image),
+            Work("diagnostics: two views of cfg.stats_images per read", reads * 2 * p["stats_images"], image)]
+
+
 WORK = {"01_resource_ledger": work_01, "02_simclr": work_02, "03_moco": work_03, "04_mae": work_04,
-        "05_compute_budget": work_05, "06_training_memory": work_06}
+        "05_compute_budget": work_05, "06_training_memory": work_06, "13_no_negatives": work_13}
 
 
 # --------------------------------------------------------------------------- the table

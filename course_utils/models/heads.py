@@ -44,14 +44,18 @@ class MLP(nn.Module):
 
 
 class ProjectionHead(nn.Module):
-    """SimCLR / MoCo v2 projection head: Linear -> [BatchNorm] -> ReLU -> Linear. B×in_dim -> B×out_dim.
+    """SimCLR / MoCo v2 projection head: Linear -> [BatchNorm] -> ReLU -> Linear [-> BatchNorm].
+    B×in_dim -> B×out_dim.
 
     The contrastive loss is computed on its output; the encoder's features (its input) are what
     the probes evaluate, as in SimCLR. With batch_norm=True the first Linear has no bias (BN's
-    shift replaces it).
+    shift replaces it). output_batch_norm=True ends the head in a BatchNorm, as SimSiam's
+    projector does (Chen & He 2021, §3: "BN applied to each fully-connected layer, including its
+    output fc"); it is off for SimCLR and MoCo.
     """
 
-    def __init__(self, in_dim: int, hidden_dim: int = 512, out_dim: int = 128, batch_norm: bool = True):
+    def __init__(self, in_dim: int, hidden_dim: int = 512, out_dim: int = 128, batch_norm: bool = True,
+                 output_batch_norm: bool = False):
         super().__init__()
         for name, value in [("in_dim", in_dim), ("hidden_dim", hidden_dim), ("out_dim", out_dim)]:
             checks.positive_int(value, name)
@@ -60,6 +64,8 @@ class ProjectionHead(nn.Module):
         if batch_norm:
             layers.append(nn.BatchNorm1d(hidden_dim))
         layers += [nn.ReLU(), nn.Linear(hidden_dim, out_dim)]
+        if output_batch_norm:
+            layers.append(nn.BatchNorm1d(out_dim))
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

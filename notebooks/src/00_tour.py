@@ -4,7 +4,8 @@
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/00_tour.ipynb)
 #
 # This course follows one question through lessons 01–12: *how does a learning objective turn
-# into one training step that a machine can actually run?* This tour shows the machine you are on,
+# into one training step that a machine can actually run?* Lesson 13 returns to the objectives
+# of 02–03 and takes their negatives away. This tour shows the machine you are on,
 # the datasets (all of them work offline), and how scales, the ledger and the exercises work.
 # The course is built on a set of Chinese source texts; where a lesson names one of their terms,
 # the Chinese is given once in parentheses beside the English (the resource ledger, 资源账).

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from course_utils.augment import SimCLRAugment
 from course_utils.compare import NOT_RESOLVED, compare_paired
 from course_utils.data import load_dataset
-from course_utils.evaluate import extract_features, knn_accuracy, linear_probe
+from course_utils.evaluate import alignment_uniformity, eval_mode, extract_features, knn_accuracy, linear_probe
 from course_utils.ledger import measure, nt_xent_kept_bytes
 from course_utils.models import ProjectionHead, SmallResNet
 from course_utils.objectives import SimCLR, Supervised, make_step
@@ -55,7 +55,7 @@ cfg = config(
             seeds=2, calibration_images=64,
             min_probe_gain=None, start_above_chance=None, min_shortcut_loss_gap=None,
             colour_verdict=None, colour_r2_verdict=None, temperature_seeds=2, temperature_verdict=None,
-            short_run_verdict=None,
+            short_run_verdict=None, geometry_verdicts=None,
             ledger_batches=[8, 16, 32], gc_batch=16, gc_chunk=4, gc_tile=8, gc_sweep=[8, 32, 256],
             gc_budget_mb=8, train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
     # default: the main run trains 1,000 steps; its ablation arms (no colour, the temperatures and
@@ -71,6 +71,7 @@ cfg = config(
                  # verdicts of the paired comparisons, as measured at 1 and 2 torch threads
                  colour_verdict="jitter > no colour", colour_r2_verdict=NOT_RESOLVED,
                  short_run_verdict=None,           # at the edge of its interval: printed, not claimed
+                 geometry_verdicts={"uniformity": None, "alignment": "T=1.0 > T=0.2"},  # by temperature
                  temperature_seeds=3,              # runs per temperature (seed: init, data order, views)
                  temperature_verdict=NOT_RESOLVED,   # what the default run measured (see the prose)
                  ledger_batches=[16, 32, 64, 128], gc_batch=128, gc_chunk=16, gc_tile=64,
@@ -85,7 +86,7 @@ cfg = config(
              seeds=3, calibration_images=10000,
              min_probe_gain=0.15, start_above_chance=None, min_shortcut_loss_gap=None,
              colour_verdict=None, colour_r2_verdict=None, temperature_seeds=3, temperature_verdict=None,
-             short_run_verdict=None,
+             short_run_verdict=None, geometry_verdicts=None,
              ledger_batches=[32, 64, 128, 256], gc_batch=256, gc_chunk=64, gc_tile=256,
              gc_sweep=[128, 256, 512], gc_budget_mb=1024,
              train_limit=None, probe_train=10000, probe_test=10000,
@@ -101,6 +102,8 @@ probe_train = train.subset(cfg.probe_train, seed=1)
 # per image, so the default scale adds quarter turns and keeps crops large (not ablated here).
 augment = SimCLRAugment(cfg.image_size, crop_scale=cfg.crop_scale, color_strength=cfg.color_strength,
                         rotate=cfg.rotate)
+# two fixed views of up to 512 held-out images: every run's alignment and uniformity reads these
+diagnostic_views = augment.two_views(test.images[:512], torch.Generator().manual_seed(5))
 print(train, test, sep="\n")
 
 
@@ -384,9 +387,13 @@ def simclr_run(model, augmentation, seed=cfg.seed):
 
 
 def snapshot(model, history_loss):
-    """Probes, colour R² and the loss averaged over the last 3 steps."""
+    """Probes, colour R², alignment and uniformity of the projections z (two fixed views of
+    held-out images, the diagnostic lesson 13 uses) and the loss averaged over the last 3 steps."""
     tail = history_loss[-3:]
-    return {**probes(model.encoder), "loss (last 3 steps)": sum(tail) / len(tail)}
+    with torch.no_grad(), eval_mode(model):
+        z1, z2 = (model.embed(v) for v in diagnostic_views)
+    return {**probes(model.encoder), **alignment_uniformity(z1, z2),
+            "loss (last 3 steps)": sum(tail) / len(tail)}
 
 
 def calibrated_copy(encoder):
@@ -572,6 +579,47 @@ if cfg.temperature_verdict is not None:   # what this budget showed (one run, pr
         f"expected '{cfg.temperature_verdict}' from the paired seeds, measured '{temperature_verdict}'"
 if cfg.short_run_verdict is not None:
     assert short_run_comparison.verdict == cfg.short_run_verdict, short_run_comparison.describe(100)
+
+# %% [markdown]
+# **Alignment and uniformity by temperature.** The probe cannot separate the temperatures at this
+# budget; the representation's geometry can be read directly. Wang & Isola (2020) split a
+# contrastive loss into two forces: *alignment* (mean squared distance between the two views'
+# normalised projections; lower: views agree) and *uniformity* (the log of the mean Gaussian
+# potential exp(−2‖z_i − z_j‖²) over pairs; lower: spread over the sphere); formulas in
+# `course_utils.evaluate.alignment_uniformity`, lesson 13 uses them to compare objectives). A low
+# temperature weighs the nearest negatives most (the identity above); Wang & Liu (2021) report,
+# after full training, that lower temperatures spread the embedding more uniformly and that a
+# high temperature is more tolerant of near neighbours. Whether the same shows after
+# `ablation_steps` steps is measured here, on the same paired seeds, from the projections of
+# fixed views of held-out images:
+
+# %%
+geometry_by_t = {t: {key: {s: temperature_runs[t, s][key] for s in temperature_seed_list}
+                     for key in ("alignment", "uniformity")} for t in cfg.temperatures}
+show_table([{"T": t, **{f"mean {key}": sum(v.values()) / len(v) for key, v in geometry_by_t[t].items()}}
+            for t in cfg.temperatures])
+uniformity_comparison = compare_paired(geometry_by_t[t_high]["uniformity"], geometry_by_t[t_low]["uniformity"],
+                                       names=(f"T={t_high}", f"T={t_low}"))
+alignment_comparison = compare_paired(geometry_by_t[t_high]["alignment"], geometry_by_t[t_low]["alignment"],
+                                      names=(f"T={t_high}", f"T={t_low}"))
+print("uniformity (higher = less spread),", uniformity_comparison.describe(digits=3))
+print("alignment (higher = views further apart),", alignment_comparison.describe(digits=3))
+for what, comparison in (("uniformity", uniformity_comparison), ("alignment", alignment_comparison)):
+    if comparison.verdict == NOT_RESOLVED:
+        print(f"{what}: the paired seeds do not separate the temperatures at this budget")
+    else:
+        higher = comparison.mean > 0
+        how = {("alignment", True): "the two views' projections sit further apart",
+               ("alignment", False): "the two views' projections sit closer together",
+               ("uniformity", True): "the projections are less spread over the sphere",
+               ("uniformity", False): "the projections are more spread over the sphere"}[what, higher]
+        print(f"{what}: {comparison.verdict}: at T={t_high} {how} than at T={t_low}")
+
+# %%
+if cfg.geometry_verdicts is not None:   # as measured at 1 and 2 torch threads (None: not claimed)
+    for what, comparison in (("uniformity", uniformity_comparison), ("alignment", alignment_comparison)):
+        if cfg.geometry_verdicts[what] is not None:
+            assert comparison.verdict == cfg.geometry_verdicts[what], comparison.describe(digits=3)
 
 # %% [markdown]
 # What this run can and cannot say. The paired comparison above prints the mean same-seed

@@ -1,0 +1,642 @@
+# %% [markdown]
+# # 13 · No negatives: SimSiam, a predictor and a stop-gradient
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/13_no_negatives.ipynb)
+#
+# The course's spine is that an objective's value lies in *what it compares*, not in how many
+# images it encodes: SimCLR buys its candidates with batch memory (lesson 02), MoCo buys them from
+# a cache (lesson 03), MAE compares pixels and encodes only what is visible (lesson 04). This
+# lesson takes the comparison away. SimSiam (Chen & He 2021) compares each image's two views with
+# each other and nothing else: no negatives, no N×N similarity matrix, no queue. What stops it
+# from learning the one answer that satisfies every positive pair, a constant?
+
+# %%
+# On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
+# Scale: a GPU runtime runs SCALE="gpu", any other "default"; to choose, run %env COURSE_SCALE=ci first.
+import sys
+if "google.colab" in sys.modules:
+    import subprocess
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    "git+https://github.com/training-ledger/course-kit.git@main"], check=True)
+
+# %% tags=["parameters"]
+import os
+from course_utils.scales import auto_scale
+SCALE = os.environ.get("COURSE_SCALE") or auto_scale()  # "gpu" on a CUDA runtime, else "default"
+STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your exercises' numbers are drawn from it
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from course_utils.augment import SimCLRAugment
+from course_utils.compare import NOT_RESOLVED, compare_paired
+from course_utils.data import load_dataset
+from course_utils.evaluate import alignment_uniformity, collapse_stats, eval_mode, probe_encoder
+from course_utils.exercises import check_close
+from course_utils.ledger import measure
+from course_utils.models import ProjectionHead, SmallResNet, count_parameters
+from course_utils.objectives import MoCo, SimCLR, SimSiam, make_step
+from course_utils.objectives.simclr import nt_xent_loss
+from course_utils.objectives.simsiam import prediction_mlp, simsiam_loss
+from course_utils.report import headline, show_table
+from course_utils.runtime import setup
+from course_utils.scales import config
+from course_utils.train import EvalEvery, fit
+
+cfg = config(
+    SCALE,
+    # budget_steps: every arm of the comparison gets the FLOPs of this many SimCLR steps;
+    # collapse_steps: length of the stop-gradient ablation, read every collapse_every steps.
+    # claims: assert claim 1's collapse; verdicts: claim 2's verdicts, the default preset's set
+    # from its runs at 1 and 2 torch threads (None: at the edge of its interval, printed, not claimed).
+    ci=dict(image_size=16, width=8, blocks=(1, 1, 1), batch=16, dim=32, queue=64,
+            lr=2e-3, weight_decay=0.05, temperature=0.2,
+            crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
+            collapse_steps=10, collapse_every=5, budget_steps=6, seeds=(0, 1, 2),
+            train_limit=512, probe_train=256, probe_test=256, stats_images=64,
+            dataset="shapes", claims=False, verdicts=None),
+    default=dict(image_size=16, width=16, blocks=(1, 1, 1), batch=64, dim=64, queue=1024,
+                 lr=2e-3, weight_decay=0.05, temperature=0.2,
+                 crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
+                 collapse_steps=300, collapse_every=20, budget_steps=800, seeds=(0, 1, 2),
+                 train_limit=5000, probe_train=2000, probe_test=1000, stats_images=512,
+                 dataset="shapes", claims=True,
+                 verdicts={"SimSiam vs floor": NOT_RESOLVED, "SimCLR vs SimSiam": "SimCLR > SimSiam",
+                           "MoCo vs SimSiam": None, "uniformity": None}),
+    # gpu: a half-width CIFAR ResNet-18, as lessons 02 and 03, sized by tools/gpu_budget.py to
+    # about 12 minutes on a T4
+    gpu=dict(image_size=32, width=32, blocks=(2, 2, 2, 2), batch=256, dim=128, queue=16384,
+             lr=2e-3, weight_decay=0.05, temperature=0.2,
+             crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False,
+             collapse_steps=300, collapse_every=25, budget_steps=400, seeds=(0, 1, 2),
+             train_limit=None, probe_train=10000, probe_test=10000, stats_images=1024,
+             dataset="cifar10", claims=False, verdicts=None),
+)
+device = setup(SCALE, seed=cfg.seed)
+train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=device,
+                     download=SCALE == "gpu", limit=cfg.train_limit)
+test = load_dataset(cfg.dataset, "test", image_size=cfg.image_size, device=device,
+                    download=SCALE == "gpu", limit=cfg.probe_test)
+probe_train = train.subset(cfg.probe_train, seed=1)
+# the augmentation of lessons 02 and 03 (on 16-px "shapes": large crops, strong colour, quarter turns)
+augment = SimCLRAugment(cfg.image_size, crop_scale=cfg.crop_scale, color_strength=cfg.color_strength,
+                        rotate=cfg.rotate)
+# two fixed views of held-out images: every diagnostic below reads the same pairs
+stats_views = augment.two_views(test.images[:cfg.stats_images], torch.Generator().manual_seed(5))
+print(train, test, sep="\n")
+
+OBJECTIVES = ("SimCLR", "MoCo", "SimSiam")
+
+
+def build(name, seed=cfg.seed, *, stop_gradient=True, use_predictor=True):
+    """-> (objective, optimizer, step). One backbone, one optimizer, one augmentation for every
+    objective; each brings the heads its paper prescribes (SimSiam: a projector ending in
+    BatchNorm, and a predictor)."""
+    torch.manual_seed(seed)
+    backbone = SmallResNet(width=cfg.width, blocks=cfg.blocks)
+    if name == "SimSiam":
+        projector = ProjectionHead(backbone.feature_dim, 128, cfg.dim, output_batch_norm=True)
+        model = SimSiam(backbone, projector, cfg.dim, predictor=prediction_mlp(cfg.dim, cfg.dim),
+                        stop_gradient=stop_gradient, use_predictor=use_predictor)
+    elif name == "SimCLR":
+        model = SimCLR(backbone, ProjectionHead(backbone.feature_dim, 128, cfg.dim),
+                       temperature=cfg.temperature)
+    elif name == "MoCo":
+        model = MoCo(backbone, ProjectionHead(backbone.feature_dim, 128, cfg.dim), queue_size=cfg.queue,
+                     momentum=0.99, temperature=cfg.temperature, bn_groups=2)
+    else:
+        raise ValueError(f"unknown objective {name!r}: one of {OBJECTIVES}")
+    model = model.to(device)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                                  weight_decay=cfg.weight_decay)
+    step = make_step(model, optimizer, augment=augment, generator=torch.Generator().manual_seed(seed))
+    return model, optimizer, step
+
+
+def projections(model):
+    """The features each loss compares (z: the projector's output; MoCo's queries), for the two
+    fixed views of the held-out images, in eval mode."""
+    embed = model.encode_queries if isinstance(model, MoCo) else model.embed
+    with torch.no_grad(), eval_mode(model):
+        return embed(stats_views[0]), embed(stats_views[1])
+
+
+def diagnostics(model) -> dict:
+    """collapse_stats of the first view's projections, and alignment/uniformity of the pair."""
+    z1, z2 = projections(model)
+    return {**collapse_stats(z1), **alignment_uniformity(z1, z2)}
+
+# %% [markdown]
+# ## The problem
+#
+# Give a loss only positive pairs and it has a trivial minimum. SimSiam's loss is the negative
+# cosine between one view's prediction and the other view's projection, averaged over both
+# directions (formula below); it is −1 at best, when every prediction points exactly at its
+# partner. An encoder that maps *every* image to one and the same vector reaches −1 at once,
+# whatever the images: every pair agrees perfectly, and the features say nothing. A contrastive
+# loss rules that out by construction: the same vector for all images also makes every negative
+# as similar as the positive, and the loss sits at log(number of candidates) instead of its
+# minimum. Remove the negatives, and something else has to stop the collapse.
+
+# %%
+z_constant = torch.ones(cfg.batch, cfg.dim, device=device)   # every image -> one vector
+print(f"SimSiam's loss of a constant encoder: {simsiam_loss(z_constant, z_constant, z_constant, z_constant).item():+.3f} "
+      f"(its minimum); SimCLR's: {nt_xent_loss(z_constant, z_constant, cfg.temperature).item():.3f} "
+      f"= log(2B − 1) = {math.log(2 * cfg.batch - 1):.3f} (chance among the 2B − 1 candidates)")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# identities: a constant scores SimSiam's minimum and SimCLR's chance level, by the formulas
+assert abs(simsiam_loss(z_constant, z_constant, z_constant, z_constant).item() + 1) < 1e-6
+assert abs(nt_xent_loss(z_constant, z_constant, cfg.temperature).item() - math.log(2 * cfg.batch - 1)) < 1e-4
+
+# %% [markdown]
+# ## The mechanism
+#
+# SimSiam (`course_utils.objectives.SimSiam`, behind the same contract as every objective:
+# `training_loss`, `.encoder`, `make_step`):
+#
+# - Both views x₁, x₂ of B images go through one encoder f (backbone + projector) to z₁, z₂
+#   (B×d), as in SimCLR. The projector ends in a BatchNorm, as the paper's does.
+# - A small **predictor** h (Linear–BN–ReLU–Linear) maps each to p₁ = h(z₁), p₂ = h(z₂).
+# - With D(p, z) = −cos(p, z), the loss is ½·D(p₁, sg(z₂)) + ½·D(p₂, sg(z₁)), where **sg** is
+#   the stop-gradient (`detach()`): the other view's projection is a fixed target for this step.
+#
+# Each view is pulled toward a target that is held still while it moves, and the predictor
+# learns to map a projection to the expected projection of the *other* view. Chen & He read it
+# as an alternating optimisation (one step updates the representation toward fixed targets, the
+# targets then follow); why it does not collapse is still argued over (Tian et al. 2021 tie it
+# to the predictor's dynamics, which weight decay shapes). What the paper measured, and this
+# lesson repeats, is that **without the stop-gradient it collapses**.
+#
+# BYOL (Grill et al. 2020), SimSiam's predecessor, is the same design with a *momentum* target:
+# the target branch is a slowly updated copy of the encoder, like MoCo's key encoder, and so a
+# second set of weights resident for the whole run. SimSiam shows the copy is not needed; the
+# kit implements SimSiam.
+#
+# Every arm below trains the same backbone with the same optimizer (AdamW, learning rate
+# `cfg.lr`, weight decay `cfg.weight_decay`), augmentation and data; each objective brings the
+# heads its paper prescribes.
+
+# %% [markdown]
+# ## Worked example: one step, and its ledger beside SimCLR's and MoCo's
+
+# %%
+x = train.images[:cfg.batch]
+simsiam, _, _ = build("SimSiam")
+view1, view2 = augment.two_views(x, torch.Generator().manual_seed(0))
+z = simsiam.embed(torch.cat([view1, view2]))            # 2B×d: both views in one batch
+p = simsiam.predictor(z)                                # 2B×d
+(z1, z2), (p1, p2) = z.chunk(2), p.chunk(2)
+loss = simsiam_loss(p1, p2, z1, z2)
+loss.backward()
+print(f"z {tuple(z.shape)}, p {tuple(p.shape)}; loss {loss.item():+.3f} (a random network already "
+      f"scores below 0: both views of an image start out similar)")
+
+# %% [markdown]
+# One measured step of each objective, same backbone, batch and augmentation. The ledger's lines:
+# what is encoded now, kept for backward, cached from earlier steps, resident as state (weights,
+# gradients, AdamW's two moments), and repeated (re-encoded or recomputed).
+
+# %%
+records, params = {}, {}
+for name in OBJECTIVES:
+    model, optimizer, step = build(name)
+    step((x, None))                                     # AdamW's state exists from here on
+    records[name] = measure(lambda: step((x, None)), model=model, optimizer=optimizer,
+                            caches=model.caches, encoders=model.ledger_encoders)
+    params[name] = count_parameters(model)
+show_table([{"objective": name,
+             "encoded": ", ".join(f"{k} {v}" for k, v in rec.encoded.items()),
+             "kept for backward MB": rec.activation_bytes / 1e6,
+             "cached MB": rec.cache_bytes / 1e6,
+             "weights MB": rec.param_bytes / 1e6,
+             "gradients + AdamW MB": (rec.grad_bytes + rec.optimizer_bytes) / 1e6,
+             "repeated": "nothing" if not rec.re_encoded and rec.recomputed_flops == 0 else "yes",
+             "GFLOPs / step": rec.flops / 1e9} for name, rec in records.items()])
+predictor_params = count_parameters(simsiam.predictor)
+flops_vs_simclr = {name: rec.flops / records["SimCLR"].flops for name, rec in records.items()}
+print(f"SimSiam's extra weights over SimCLR's: the predictor ({predictor_params:,} parameters) and "
+      f"the projector's output BatchNorm. Its step costs {flops_vs_simclr['SimSiam']:.3f}× SimCLR's "
+      f"FLOPs: the predictor's matmuls take the place of the 2B×2B similarity matmul. MoCo's costs "
+      f"{flops_vs_simclr['MoCo']:.2f}× (its key view is a forward without backward).")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+sim, clr, moco_rec = records["SimSiam"], records["SimCLR"], records["MoCo"]
+# measured: SimSiam caches nothing and repeats nothing; MoCo's cache is its queue
+assert sim.cache_bytes == 0 and clr.cache_bytes == 0 and moco_rec.cache_bytes > 0
+assert not sim.re_encoded and sim.recomputed_flops == 0
+# identities: the resident lines are the weights, one gradient each and AdamW's two moments
+assert sim.param_bytes == 4 * params["SimSiam"] and sim.grad_bytes == sim.param_bytes
+assert sim.optimizer_bytes == 2 * sim.param_bytes
+# measured: the same two-view step, give or take the predictor and the similarity matrix
+assert 0.95 < flops_vs_simclr["SimSiam"] < 1.05, flops_vs_simclr
+
+# %% [markdown]
+# **No N×N similarity matrix.** Both steps encode 2B views and keep about the same encoder
+# activations; what differs is the loss. SimCLR's compares every view with every other (a 2B×2B
+# matrix of logits, whose softmax is kept for backward), SimSiam's compares each view with its
+# partner only. Measure what each *loss alone* keeps for backward, from the same B×d inputs, at
+# four batch sizes, and fit kept bytes = a + b·B + c·B²: c is what the loss keeps per B² (divided
+# by 4 below: per entry of the 2B×2B matrix).
+
+# %%
+def loss_kept_bytes(loss_name: str, batch: int) -> int:
+    """Bytes the loss alone saves for backward, from B×d projections and predictions (leaves)."""
+    g = torch.Generator().manual_seed(0)
+    leaves = [torch.randn(batch, cfg.dim, generator=g).to(device).requires_grad_() for _ in range(4)]
+    if loss_name == "SimCLR":
+        run = lambda: nt_xent_loss(leaves[0], leaves[1], cfg.temperature).backward()   # noqa: E731
+    else:
+        run = lambda: simsiam_loss(*leaves).backward()                                  # noqa: E731
+    return measure(run).activation_bytes
+
+
+loss_batches = [cfg.batch * k for k in (1, 2, 3, 4)]
+kept_by_loss = {name: [loss_kept_bytes(name, b) for b in loss_batches] for name in ("SimCLR", "SimSiam")}
+per_entry, fit_error = {}, {}
+for name, kept_bytes in kept_by_loss.items():
+    coefficients = np.polyfit(loss_batches, kept_bytes, 2)           # c, b, a
+    per_entry[name] = coefficients[0] / 4                             # B² = (2B)² / 4
+    fit_error[name] = float(np.abs(np.polyval(coefficients, loss_batches) - kept_bytes).max())
+show_table([{"loss": name, **{f"kept kB at B={b}": v / 1e3 for b, v in zip(loss_batches, kept)},
+             "bytes per 2B×2B entry": per_entry[name], "fit's largest miss (bytes)": fit_error[name]}
+            for name, kept in kept_by_loss.items()])
+share_of_step = kept_by_loss["SimCLR"][0] / records["SimCLR"].activation_bytes
+print(f"SimCLR's loss keeps {per_entry['SimCLR']:.2f} bytes per entry of its 2B×2B matrix: one fp32 "
+      f"matrix (the log-softmax the cross-entropy saves) and the one-byte mask that takes each view "
+      f"out of its own candidates; SimSiam's has no B² term "
+      f"({per_entry['SimSiam']:.1e}). At B = {cfg.batch} SimCLR's loss is {100 * share_of_step:.1f}% "
+      f"of its step's kept bytes: the matrix matters where B is large against the encoder's "
+      f"activations per image.")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# measured: both fits are exact (the saved tensors are whole matrices and rows); SimSiam's loss
+# keeps per-row tensors only, SimCLR's 5 bytes per matrix entry (fp32 log-softmax + bool mask)
+assert fit_error["SimCLR"] < 1 and fit_error["SimSiam"] < 1, fit_error
+assert abs(per_entry["SimSiam"]) < 1e-6, per_entry
+assert abs(per_entry["SimCLR"] - 5) < 0.01, per_entry
+
+# %% [markdown]
+# ## The evidence
+#
+# ### Claim 1: without the stop-gradient, SimSiam collapses; with it, it does not
+#
+# Two runs from the same initialisation, same batches, same steps: SimSiam as designed, and
+# SimSiam with the stop-gradient removed (the gradient flows into both branches), plus a third
+# without the predictor (p = z, stop-gradient kept). Every `collapse_every` steps we read the
+# projections z of the same held-out views (single reads are noisy, so the claims use the mean
+# over the last third of the run; the effective rank is the steadier of the two):
+#
+# - **std**: the mean over dimensions of the standard deviation of the L2-normalised z (Chen & He
+#   §4.1): 0 when every image maps to one vector, about 1/√d when they spread evenly
+#   over the sphere;
+# - **effective rank**: exp of the entropy of the energy shares of the singular values of the
+#   normalised N×d matrix: near 1 when all rows share one direction.
+#
+# (`course_utils.evaluate.collapse_stats`; the formulas are in its docstring.)
+
+# %%
+ARMS = {"SimSiam": dict(), "no stop-gradient": dict(stop_gradient=False),
+        "no predictor": dict(use_predictor=False)}
+collapse_runs = {}
+for arm, options in ARMS.items():
+    model, _, step = build("SimSiam", **options)
+    history = fit(step, train.batches(cfg.batch, seed=cfg.seed, with_ids=True), steps=cfg.collapse_steps,
+                  callbacks=[EvalEvery(cfg.collapse_every, lambda model=model: diagnostics(model))],
+                  desc=arm)
+    start = {"step": 0, **diagnostics(build("SimSiam", **options)[0])}
+    collapse_runs[arm] = {"evals": [start] + history.evals, "loss": history.series("loss")}
+
+fig, axes = plt.subplots(1, 3, figsize=(15, 3.2))
+for arm, run in collapse_runs.items():
+    steps_read = [e["step"] for e in run["evals"]]
+    axes[0].plot(run["loss"], label=arm, lw=0.8)
+    axes[1].plot(steps_read, [e["std"] for e in run["evals"]], marker=".", label=arm)
+    axes[2].plot(steps_read, [e["effective_rank"] for e in run["evals"]], marker=".", label=arm)
+axes[0].axhline(-1, color="grey", ls=":", lw=0.8)
+axes[1].axhline(1 / math.sqrt(cfg.dim), color="grey", ls=":", lw=0.8, label="1/√d")
+for ax, title in zip(axes, ("training loss (−1: the trivial minimum)", "std of normalised z",
+                            "effective rank of normalised z")):
+    ax.set_title(title)
+    ax.set_xlabel("step")
+axes[2].set_yscale("log")
+axes[1].legend()
+plt.tight_layout()
+plt.show()
+
+def late(arm, key):
+    """The mean of a diagnostic over the last third of the arm's run (single reads are noisy)."""
+    reads = [e[key] for e in collapse_runs[arm]["evals"] if e["step"] >= 2 * cfg.collapse_steps / 3]
+    return sum(reads) / len(reads)
+
+
+def late_loss(arm):
+    losses = collapse_runs[arm]["loss"][-max(1, cfg.collapse_steps // 3):]
+    return sum(losses) / len(losses)
+
+
+final = {arm: {key: late(arm, key) for key in ("std", "effective_rank", "alignment", "uniformity")}
+         for arm in ARMS}
+at_init = collapse_runs["SimSiam"]["evals"][0]
+show_table([{"arm": arm, "loss": late_loss(arm), **{k.replace("_", " "): v for k, v in f.items()}}
+            for arm, f in final.items()] + [{"arm": "(all arms at step 0)", **{k.replace("_", " "): at_init[k]
+                                             for k in ("std", "effective_rank", "alignment", "uniformity")}}])
+kept, cut = final["SimSiam"], final["no stop-gradient"]
+print(f"Means over the last third of {cfg.collapse_steps} steps. At step 0 the random network already "
+      f"maps the images to nearly one direction (std {at_init['std']:.3f}, effective rank "
+      f"{at_init['effective_rank']:.2f}). SimSiam spreads them out: std {kept['std']:.3f} (1/√d = "
+      f"{1 / math.sqrt(cfg.dim):.3f}), effective rank {kept['effective_rank']:.2f}, loss {late_loss('SimSiam'):+.3f}. "
+      f"Without the stop-gradient the loss goes to {late_loss('no stop-gradient'):+.3f}, near the −1 a "
+      f"constant scores, and the features stay on one direction: std {cut['std']:.3f} "
+      f"({cut['std'] / kept['std']:.0%} of the kept run's), effective rank {cut['effective_rank']:.2f}. "
+      f"Without the predictor: loss {late_loss('no predictor'):+.3f}, std {final['no predictor']['std']:.3f}, "
+      f"effective rank {final['no predictor']['effective_rank']:.2f}.")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+if cfg.claims:
+    # would fail in the world where the stop-gradient is not what holds collapse off: the cut run
+    # would spread out like the kept one (rank ~4, std ~1/√d) and its loss would stay well above −1
+    assert cut["effective_rank"] < 1.2 and cut["std"] < 0.5 * kept["std"], (cut, kept)
+    assert late_loss("no stop-gradient") < -0.9 and late_loss("SimSiam") > -0.8
+    assert kept["effective_rank"] > 2 and kept["std"] > 0.5 / math.sqrt(cfg.dim), kept
+    assert final["no predictor"]["effective_rank"] < 1.2 and late_loss("no predictor") < -0.9, final
+
+# %% [markdown]
+# ### Claim 2: at one budget, what the missing negatives cost
+#
+# SimSiam beside SimCLR and MoCo at matched FLOPs: every arm gets the training FLOPs of
+# `budget_steps` SimCLR steps (steps = budget ÷ its own measured FLOPs per step, so MoCo, whose key
+# view has no backward, takes more steps), `cfg.seeds` seeds per arm, then a linear probe of the
+# backbone. The floor is the kit's one random-init floor: each seed's backbone as built, probed
+# untouched. Each comparison is paired by seed; a direction is stated only where the 95% interval
+# excludes zero.
+
+# %%
+budget_flops = cfg.budget_steps * records["SimCLR"].flops
+budget_runs, floors = {}, {}
+for seed in cfg.seeds:
+    floors[seed] = probe_encoder(build("SimSiam", seed)[0].encoder, probe_train, test)["linear"]
+    for name in OBJECTIVES:
+        steps = max(1, round(budget_flops / records[name].flops))
+        model, _, step = build(name, seed)
+        fit(step, train.batches(cfg.batch, seed=seed, with_ids=True), steps=steps, desc=f"{name} seed {seed}")
+        budget_runs[name, seed] = {"steps": steps, "linear": probe_encoder(model.encoder, probe_train, test)["linear"],
+                                   **diagnostics(model)}
+
+show_table([{"objective": name, "steps": budget_runs[name, cfg.seeds[0]]["steps"],
+             **{f"probe seed {s}": budget_runs[name, s]["linear"] for s in cfg.seeds},
+             "mean uniformity": sum(budget_runs[name, s]["uniformity"] for s in cfg.seeds) / len(cfg.seeds),
+             "mean alignment": sum(budget_runs[name, s]["alignment"] for s in cfg.seeds) / len(cfg.seeds),
+             "mean effective rank": sum(budget_runs[name, s]["effective_rank"] for s in cfg.seeds) / len(cfg.seeds)}
+            for name in OBJECTIVES] + [{"objective": "random init (the floor)", "steps": 0,
+                                        **{f"probe seed {s}": floors[s] for s in cfg.seeds}}])
+
+
+def probe_of(name):
+    return {s: budget_runs[name, s]["linear"] for s in cfg.seeds}
+
+
+comparisons = {
+    "SimSiam vs floor": compare_paired(probe_of("SimSiam"), floors, ("SimSiam", "random init")),
+    "SimCLR vs SimSiam": compare_paired(probe_of("SimCLR"), probe_of("SimSiam"), ("SimCLR", "SimSiam")),
+    "MoCo vs SimSiam": compare_paired(probe_of("MoCo"), probe_of("SimSiam"), ("MoCo", "SimSiam")),
+}
+for comparison in comparisons.values():
+    print("linear probe,", comparison.describe(scale=100, unit=" points"))
+
+fig, ax = plt.subplots(figsize=(6, 3.5))
+for name, marker in zip(OBJECTIVES, "osD"):
+    ax.scatter([budget_runs[name, s]["uniformity"] for s in cfg.seeds],
+               [budget_runs[name, s]["alignment"] for s in cfg.seeds], marker=marker, label=name)
+ax.set_xlabel("uniformity (lower: spread over the sphere)")
+ax.set_ylabel("alignment (lower: views agree)")
+ax.set_title("Wang & Isola's two properties, one point per seed")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# **Reading alignment and uniformity** (Wang & Isola 2020; `course_utils.evaluate.
+# alignment_uniformity`, formula in its docstring): a contrastive loss is, for many negatives,
+# the sum of two forces, one pulling the two views together (alignment) and one spreading all
+# features over the sphere (uniformity: the log of the mean Gaussian potential between pairs).
+# SimSiam's loss has only the first force. The scatter shows where each objective lands; the
+# paired comparison below asks whether SimCLR's negatives buy a more uniform representation.
+
+# %%
+uniformity = {name: {s: budget_runs[name, s]["uniformity"] for s in cfg.seeds} for name in OBJECTIVES}
+uniformity_comparison = compare_paired(uniformity["SimSiam"], uniformity["SimCLR"], ("SimSiam", "SimCLR"))
+print("uniformity (higher = less spread),", uniformity_comparison.describe(digits=3))
+verdicts = {key: c.verdict for key, c in comparisons.items()}
+verdicts["uniformity"] = uniformity_comparison.verdict
+
+# %%
+def reading(key) -> str:
+    """One clause per comparison, in the words its verdict allows."""
+    comparison = uniformity_comparison if key == "uniformity" else comparisons[key]
+    if comparison.verdict == NOT_RESOLVED:
+        return f"{comparison.names[0]} vs {comparison.names[1]}: not resolved at this scale"
+    unit = "" if key == "uniformity" else " probe points"
+    scale = 1 if key == "uniformity" else 100
+    return f"{comparison.verdict} by {scale * abs(comparison.mean):.2f}{unit} (the interval excludes zero)"
+
+
+print(f"At the FLOPs of {cfg.budget_steps} SimCLR steps, linear probe: "
+      + "; ".join(reading(k) for k in comparisons) + ".\nUniformity (higher = less spread): "
+      + reading("uniformity") + ".")
+if verdicts["SimSiam vs floor"] == NOT_RESOLVED:
+    print("At this budget the probe cannot say SimSiam has learned anything it reads, although claim 1 "
+          "shows its representation spread out: not collapsing is not yet learning the classes.")
+if verdicts["uniformity"] == "SimSiam > SimCLR":
+    print("SimCLR's features are the more uniform: the spreading force that SimSiam's loss lacks.")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for (name, seed), run in budget_runs.items():   # an identity of the budget: FLOPs, not steps, are matched
+    assert abs(run["steps"] * records[name].flops - budget_flops) <= records[name].flops / 2
+if cfg.verdicts is not None:
+    # each would fail in the world where the intervals said otherwise (and the printed reading
+    # above, built from the same verdicts, would change with it)
+    expected = {key: v for key, v in cfg.verdicts.items() if v is not None}
+    assert {key: verdicts[key] for key in expected} == expected, verdicts
+if cfg.claims:   # claim 1's kept design does not collapse at any seed of the budget runs
+    assert all(budget_runs["SimSiam", s]["effective_rank"] > 2 for s in cfg.seeds)
+
+# %% [markdown]
+# ## The boundary
+#
+# - **Scale.** Every run here is minutes of a small ResNet on 16-pixel synthetic shapes. SimSiam
+#   reaches 91.8% on CIFAR-10 after 800 epochs in its paper; this lesson measures the start of
+#   training, where SimSiam is known to start slowly. The verdicts are about this budget, not
+#   about the methods' ceilings; the kit's SSL benchmark (`benchmarks/bench_ssl_quality.py`)
+#   trains each objective for 3 CPU-minutes, several times this budget.
+# - **Why no collapse** is not settled by this lesson: we show that the stop-gradient (and the
+#   predictor) is necessary here, not why it is sufficient. Other designs avoid collapse in other
+#   ways: BYOL's momentum target, VICReg's and Barlow Twins' explicit variance and decorrelation
+#   terms.
+# - **Recipe.** The arms share an optimizer (AdamW, weight decay 0.05); the papers tune each
+#   method separately (SimSiam: SGD with a fixed predictor learning rate). A per-method recipe
+#   could move every number here.
+# - **The ledger's saving** (no B² term) matters where the batch is large against the encoder's
+#   activations per image, the regime of lesson 02's gradient caching; at this lesson's batch the
+#   encoder's activations dominate both steps.
+
+# %% [markdown]
+# ## Exercises
+#
+# Your exercises' configuration, drawn from `STUDENT_ID`: a representation that uses only a few
+# directions, the kind a partial collapse leaves. The checks build it and measure it with the
+# kit's diagnostics (`collapse_stats`, `alignment_uniformity`), the functions this lesson used.
+#
+# When graded, a function you write runs on its own: with Python (`math` included), `torch` and
+# `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
+# the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
+
+# %%
+from course_utils.evaluate import alignment_uniformity, collapse_stats   # what the checks measure with
+from course_utils.variants import exercise_variant
+
+task = exercise_variant("13_no_negatives", STUDENT_ID, directions=(4, 2, 3, 5, 8),
+                        dim=(64, 16, 32, 48), per_direction=(8, 5, 6, 10))
+task
+
+
+def clustered_features(directions, dim, per_direction):
+    """(directions · per_direction)×dim features: row i is the unit vector e_(i mod directions),
+    the representation of a network that maps every image to one of `directions` orthogonal
+    directions, each equally often."""
+    rows = torch.arange(directions * per_direction) % directions
+    return torch.eye(dim, dtype=torch.float64)[rows]
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q1_partial_collapse
+# points: 1
+
+# %% [markdown]
+# **Exercise 1 — predict, then measure.** A network maps each of N = k·m images to one of k
+# orthogonal unit directions in d dimensions, m images per direction (`clustered_features`
+# builds it). Predict the two collapse diagnostics of claim 1 for it:
+# `predicted_effective_rank(k, d, m)` and `predicted_std(k, d, m)` (the mean over the d
+# dimensions of each dimension's standard deviation, with torch's default N − 1 in the
+# denominator). The check builds your configuration (`task.directions`, `task.dim`,
+# `task.per_direction`) and measures it with `collapse_stats`, within 1e-6.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def predicted_effective_rank(k, d, m):
+    # BEGIN SOLUTION
+    return float(k)   # k equal singular values: the entropy of k equal shares is log k
+    # END SOLUTION
+
+
+def predicted_std(k, d, m):
+    # BEGIN SOLUTION
+    n = k * m
+    used = math.sqrt((m * (1 - 1 / k) ** 2 + (n - m) * (1 / k) ** 2) / (n - 1))   # a 0/1 column
+    return k * used / d                                                            # d − k columns are 0
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+_stats = collapse_stats(clustered_features(task.directions, task.dim, task.per_direction))
+check_close(predicted_effective_rank(task.directions, task.dim, task.per_direction), _stats["effective_rank"],
+            rtol=1e-6, what=f"effective rank, {task.directions} directions in {task.dim} dimensions")
+check_close(predicted_std(task.directions, task.dim, task.per_direction), _stats["std"], rtol=1e-6,
+            what=f"mean per-dimension std, {task.directions} directions × {task.per_direction} images, d = {task.dim}")
+
+# %%
+# HIDDEN
+check_close(predicted_std(1, 8, 6), 0.0, atol=1e-12, what="one direction: full collapse")
+check_close(predicted_effective_rank(1, 8, 6), 1.0, rtol=1e-9, what="one direction: rank 1")
+_stats = collapse_stats(clustered_features(7, 10, 3))
+check_close(predicted_std(7, 10, 3), _stats["std"], rtol=1e-6, what="7 directions × 3 images in 10 dimensions")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %% [raw]
+# # BEGIN QUESTION
+# name: q2_uniformity_of_clusters
+# points: 1
+
+# %% [markdown]
+# **Exercise 2 — predict, then measure.** For the same representation, predict Wang & Isola's
+# uniformity at t = 2, `predicted_uniformity(k, m, t)`: the log of the mean, over all pairs
+# i < j of the N = k·m rows, of exp(−t·‖z_i − z_j‖²). (Two rows of one direction are at distance
+# 0; two orthogonal unit vectors at squared distance 2.) Then say whether adding directions
+# makes it lower (more uniform). The check measures it with `alignment_uniformity` on your
+# configuration within 1e-6.
+
+# %% [raw]
+# # BEGIN SOLUTION
+
+# %%
+def predicted_uniformity(k, m, t):
+    # BEGIN SOLUTION
+    n = k * m
+    pairs = n * (n - 1) / 2
+    same = k * m * (m - 1) / 2                 # pairs in one direction: distance 0
+    return math.log((same + (pairs - same) * math.exp(-2 * t)) / pairs)
+    # END SOLUTION
+
+# %% [raw]
+# # END SOLUTION
+
+# %% [raw]
+# # BEGIN TESTS
+
+# %%
+_z = clustered_features(task.directions, task.dim, task.per_direction)
+check_close(predicted_uniformity(task.directions, task.per_direction, 2.0),
+            alignment_uniformity(_z, _z, t=2.0)["uniformity"], rtol=1e-6,
+            what=f"uniformity at t = 2, {task.directions} directions × {task.per_direction} images")
+assert predicted_uniformity(task.directions + 1, task.per_direction, 2.0) < \
+    predicted_uniformity(task.directions, task.per_direction, 2.0), "one more direction spreads the rows"
+
+# %%
+# HIDDEN
+check_close(predicted_uniformity(1, 5, 2.0), 0.0, atol=1e-12, what="one direction: uniformity 0, its worst")
+_z = clustered_features(6, 8, 4)
+check_close(predicted_uniformity(6, 4, 1.0), alignment_uniformity(_z, _z, t=1.0)["uniformity"], rtol=1e-6,
+            what="6 directions × 4 images at t = 1")
+
+# %% [raw]
+# # END TESTS
+
+# %% [raw]
+# # END QUESTION
+
+# %%
+headline(
+    simsiam_flops_vs_simclr=flops_vs_simclr["SimSiam"],
+    simclr_loss_bytes_per_matrix_entry=per_entry["SimCLR"],
+    init_effective_rank=at_init["effective_rank"],
+    collapsed_std=cut["std"],
+    collapsed_effective_rank=cut["effective_rank"],
+    kept_std=kept["std"],
+    kept_effective_rank=kept["effective_rank"],
+    no_predictor_effective_rank=final["no predictor"]["effective_rank"],
+    simsiam_minus_floor_points=100 * comparisons["SimSiam vs floor"].mean,
+    simclr_minus_simsiam_points=100 * comparisons["SimCLR vs SimSiam"].mean,
+    simclr_minus_simsiam_half_width=100 * comparisons["SimCLR vs SimSiam"].half_width,
+    moco_minus_simsiam_points=100 * comparisons["MoCo vs SimSiam"].mean,
+    uniformity_simsiam_minus_simclr=uniformity_comparison.mean,
+)

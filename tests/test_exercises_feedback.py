@@ -266,7 +266,13 @@ WRONG_FORMS = [  # (lesson, question, what, wrong answer cell)
      "    return math.sqrt((m * (1 - 1 / k) ** 2 + (n - m) / k ** 2) / (n - 1))"),
     ("13_no_negatives", "q2_uniformity_of_clusters", "every ordered pair, each row with itself too",
      "def predicted_uniformity(k, m, t):\n    n = k * m\n"
-     "    return math.log((k * m * m + (n * n - k * m * m) * math.exp(-2 * t)) / (n * n))"),
+     "    return math.log((k * m * m + (n * n - k * m * m) * math.exp(-2 * t)) / (n * n))\n"
+     "more_directions_more_uniform = True"),
+    ("13_no_negatives", "q2_uniformity_of_clusters", "a right formula, the wrong prediction",
+     "def predicted_uniformity(k, m, t):\n    n = k * m\n    pairs = n * (n - 1) / 2\n"
+     "    same = k * m * (m - 1) / 2\n"
+     "    return math.log((same + (pairs - same) * math.exp(-2 * t)) / pairs)\n"
+     "more_directions_more_uniform = False"),
 ]
 
 

@@ -254,7 +254,7 @@ def work_13(p) -> list[Work]:
         backbone = SmallResNet(width=p["width"], blocks=blocks)
         projector = ProjectionHead(backbone.feature_dim, 128, p["dim"], output_batch_norm=True)
         return SimSiam(backbone, projector, p["dim"], predictor=prediction_mlp(p["dim"], p["dim"]))
-    # a SimSiam step costs what SimCLR's does (the lesson asserts within 5%), so every
+    # a SimSiam step costs SimCLR's give or take two small matmuls (the lesson asserts how much), so every
     # budget run counts as cfg.budget_steps SimSiam steps: MoCo's more, cheaper steps add to the same
     step = step_flops(build, p["batch"], augment=augment)
     image = forward_flops(SmallResNet(width=p["width"], blocks=blocks))

@@ -33,7 +33,7 @@ import torch.nn as nn
 
 from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
-from course_utils.evaluate import probe_encoder
+from course_utils.evaluate import alignment_uniformity, eval_mode, probe_encoder
 from course_utils.ledger import measure
 from course_utils.models import ProjectionHead, SmallResNet, count_parameters
 from course_utils.objectives import MoCo, SimCLR, make_step
@@ -375,6 +375,14 @@ class KeySnapshots(Callback):
 
 
 fixed = test.images[:64]
+# two fixed views of up to 512 held-out images: alignment and uniformity of the queries (lesson 13)
+diagnostic_views = augment.two_views(test.images[:512], torch.Generator().manual_seed(5))
+
+
+def query_geometry(model) -> dict:
+    """Wang & Isola's alignment and uniformity of the queries of the two fixed views."""
+    with torch.no_grad(), eval_mode(model):
+        return alignment_uniformity(*(model.encode_queries(v) for v in diagnostic_views))
 
 
 def train_moco(steps, *, probe=True, snapshots=True, **arm):
@@ -382,7 +390,8 @@ def train_moco(steps, *, probe=True, snapshots=True, **arm):
     mm = build_moco(**arm)
     o = torch.optim.AdamW(mm.query_encoder.parameters(), lr=cfg.lr, weight_decay=1e-4)
     snaps = KeySnapshots(mm, fixed, until=cfg.stale_steps if snapshots else 0)
-    watch = [EvalEvery(cfg.probe_every, lambda: probe_encoder(mm.encoder, probe_train, test))] if probe else []
+    watch = [EvalEvery(cfg.probe_every, lambda: {**probe_encoder(mm.encoder, probe_train, test),
+                                                 **query_geometry(mm)})] if probe else []
     h = fit(make_step(mm, o, augment=augment, generator=torch.Generator().manual_seed(cfg.seed)),
             train.batches(cfg.batch, seed=cfg.seed, with_ids=True), steps=steps,
             callbacks=[snaps, *watch], desc=f"MoCo {arm or 'main'}")
@@ -545,7 +554,8 @@ for K, r in sweep.items():
                        "activation MB": rec.activation_bytes / 1e6, "log(1+K)": math.log(1 + K),
                        f"loss, last 50 of {cfg.sweep_steps}": sum(r["history"].series("loss")[cfg.sweep_steps - 50:cfg.sweep_steps]) / 50
                        if cfg.sweep_steps >= 50 else r["history"].series("loss")[cfg.sweep_steps - 1],
-                       f"linear @ {cfg.sweep_steps}": p["linear"], f"kNN @ {cfg.sweep_steps}": p["knn"]})
+                       f"linear @ {cfg.sweep_steps}": p["linear"], f"kNN @ {cfg.sweep_steps}": p["knn"],
+                       f"alignment @ {cfg.sweep_steps}": p["alignment"], f"uniformity @ {cfg.sweep_steps}": p["uniformity"]})
 show_table(sweep_rows)
 fig, axes = plt.subplots(1, 2, figsize=(11, 3))
 for K, r in sweep.items():
@@ -583,7 +593,9 @@ print(f"Per extra key a MoCo step keeps {act_per_key:.0f} B for backward (4·(B 
       f"MoCo's activations plus cache, {(rec_moco.activation_bytes + rec_moco.cache_bytes) / 1e6:.1f} MB: {whole_step_ratio:.1f}x.")
 print(f"The probes above are one seed per K, and the arms differ in more than K: the queue starts "
       f"random and a random key survives K/B steps ({', '.join(f'{math.ceil(K / cfg.batch)}' for K in sweep_probes)} "
-      f"of {cfg.sweep_steps}). Accuracy against K: no comparison is made (one seed per arm).")
+      f"of {cfg.sweep_steps}). Accuracy against K: no comparison is made (one seed per arm). The "
+      f"alignment and uniformity columns (Wang & Isola 2020, the diagnostic lesson 13 compares "
+      f"objectives with) are printed for the same reason only: one seed per K, no claim.")
 
 
 # %%

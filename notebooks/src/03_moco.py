@@ -50,7 +50,7 @@ cfg = config(
             sweep_queues=(32, 64, 128), sweep_steps=6, lr=2e-3,
             temperature=0.2, crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
             min_probe_gain=None, max_probe_gain=None, stale_cos_m099_min=None, stale_cos_m0_max=None,
-            sweep_claims=None, shuffle_loss_gap_max=None, shuffle_probe_gap_max=None,
+            sweep_claims=None, shuffle_loss_gap_max=None,
             fingerprint_max=None, loss_climb_tol=None,
             train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
     default=dict(image_size=16, width=16, blocks=(1, 1, 1),
@@ -61,7 +61,7 @@ cfg = config(
                  min_probe_gain=0.15, max_probe_gain=0.35,
                  stale_cos_m099_min=0.98, stale_cos_m0_max=0.95,
                  sweep_claims=True,
-                 shuffle_loss_gap_max=0.05, shuffle_probe_gap_max=0.03, fingerprint_max=0.02,
+                 shuffle_loss_gap_max=0.05, fingerprint_max=0.02,
                  loss_climb_tol=0.5,
                  train_limit=5000, probe_train=2000, probe_test=1000, dataset="shapes"),
     # gpu: a half-width CIFAR ResNet-18, sized by tools/gpu_budget.py to fit 15 minutes on a T4
@@ -70,7 +70,7 @@ cfg = config(
              sweep_queues=(4096, 16384, 65536), sweep_steps=1000,
              lr=2e-3, temperature=0.2, crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False,
              min_probe_gain=0.15, max_probe_gain=None, stale_cos_m099_min=None, stale_cos_m0_max=None,
-             sweep_claims=None, shuffle_loss_gap_max=None, shuffle_probe_gap_max=None,
+             sweep_claims=None, shuffle_loss_gap_max=None,
              fingerprint_max=None, loss_climb_tol=None,
              train_limit=None, probe_train=10000, probe_test=10000, dataset="cifar10"),
 )
@@ -385,17 +385,30 @@ def query_geometry(model) -> dict:
         return alignment_uniformity(*(model.encode_queries(v) for v in diagnostic_views))
 
 
-def train_moco(steps, *, probe=True, snapshots=True, **arm):
-    """One arm: build (same seed), train `steps` steps on the same batches and augmentations."""
+class CopyAt(Callback):
+    """A copy of the model as it was after `step` updates (to compare arms at equal training)."""
+
+    def __init__(self, model, step):
+        self.model, self.step, self.copy = model, step, None
+
+    def on_step_end(self, state):
+        if state.step == self.step:
+            self.copy = copy.deepcopy(self.model)
+
+
+def train_moco(steps, *, probe=True, snapshots=True, copy_at=None, **arm):
+    """One arm: build (same seed), train `steps` steps on the same batches and augmentations;
+    `copy_at`: also keep a copy of the model after that many steps (as "model_at")."""
     mm = build_moco(**arm)
     o = torch.optim.AdamW(mm.query_encoder.parameters(), lr=cfg.lr, weight_decay=1e-4)
     snaps = KeySnapshots(mm, fixed, until=cfg.stale_steps if snapshots else 0)
+    keep = [CopyAt(mm, copy_at)] if copy_at else []
     watch = [EvalEvery(cfg.probe_every, lambda: {**probe_encoder(mm.encoder, probe_train, test),
                                                  **query_geometry(mm)})] if probe else []
     h = fit(make_step(mm, o, augment=augment, generator=torch.Generator().manual_seed(cfg.seed)),
             train.batches(cfg.batch, seed=cfg.seed, with_ids=True), steps=steps,
-            callbacks=[snaps, *watch], desc=f"MoCo {arm or 'main'}")
-    return dict(model=mm, history=h, snaps=snaps)
+            callbacks=[snaps, *watch, *keep], desc=f"MoCo {arm or 'main'}")
+    return dict(model=mm, history=h, snaps=snaps, model_at=keep[0].copy if keep else None)
 
 
 def probe_at(run, step):
@@ -404,7 +417,7 @@ def probe_at(run, step):
 
 
 random_probe = probe_encoder(build_moco().encoder, probe_train, test)
-main = train_moco(cfg.steps)
+main = train_moco(cfg.steps, copy_at=cfg.sweep_steps)   # its copy at sweep_steps: the shuffle arm's twin
 m0 = train_moco(cfg.stale_steps, probe=False, momentum=0.0)
 sweep = {K: (main if K == cfg.queue else train_moco(cfg.sweep_steps, snapshots=False, queue=K))
          for K in cfg.sweep_queues}
@@ -715,7 +728,8 @@ print(f"unshuffled minus shuffled after {cfg.sweep_steps} steps: loss {unshuf[lo
 shuffle_loss_gap = shuf[loss_key] - unshuf[loss_key]
 shuffle_probe_gap = unshuf[lin_key] - shuf[lin_key]
 
-# the fingerprint itself: with the final weights of each arm, how close is a query to its own key
+# the fingerprint itself: with each arm's weights after the same sweep_steps updates (the main
+# run's copy at that step), how close is a query to its own key
 # when the key is normalised with its query's group, against with a group of foreign images
 # (the situation of every queue key, normalised with some earlier batch)?
 other = train.images[-cfg.batch:]
@@ -723,8 +737,8 @@ vq, vk = augment.two_views(x, torch.Generator().manual_seed(5))
 _, vo = augment.two_views(other, torch.Generator().manual_seed(6))
 fingerprint = {}
 with torch.no_grad():
-    for name, r in [("shuffled", main), ("unshuffled", unshuffled)]:
-        mm = copy.deepcopy(r["model"]).train()
+    for name, trained in [("shuffled", main["model_at"]), ("unshuffled", unshuffled["model"])]:
+        mm = copy.deepcopy(trained).train()
         qq = mm.encode_queries(vq)
         k_own = nn.functional.normalize(encode_in_groups(mm.key_encoder, vk, 2), dim=1)
         h, step = cfg.batch // 2, max(1, cfg.batch // 16)
@@ -735,26 +749,29 @@ print("cos(query, own key) with the key in its query's BN group minus with a for
       ", ".join(f"{n}-trained {v:+.4f}" for n, v in fingerprint.items()) +
       f"; unshuffled minus shuffled: {fingerprint['unshuffled'] - fingerprint['shuffled']:+.4f}")
 if cfg.shuffle_loss_gap_max is not None:
-    print(f"Asserted below: |loss gap| <= {cfg.shuffle_loss_gap_max}, |probe gap| <= {100 * cfg.shuffle_probe_gap_max:.0f} "
-          f"points, fingerprint (unshuffled minus shuffled) <= {cfg.fingerprint_max}.")
+    print(f"Asserted below, as bounds on what this budget can see: |loss gap| <= {cfg.shuffle_loss_gap_max}, "
+          f"fingerprint (unshuffled minus shuffled) <= {cfg.fingerprint_max}. The probe gap is printed only: "
+          f"one seed per arm, and a change of thread count alone moves one run's probe by a few points.")
 
 # %%
 if cfg.shuffle_loss_gap_max is not None:   # CI: a handful of steps, nothing to compare
     # what this budget shows is a null result: asserted, so that a leak that did show would fail here
     assert abs(shuffle_loss_gap) <= cfg.shuffle_loss_gap_max, "no loss advantage without the shuffle here"
-    assert abs(shuffle_probe_gap) <= cfg.shuffle_probe_gap_max, "no probe difference here"
     assert fingerprint["unshuffled"] - fingerprint["shuffled"] <= cfg.fingerprint_max, \
         "training without the shuffle did not teach the encoder a BN fingerprint here"
 
 # %% [markdown]
-# What this scale shows, said plainly: **no training signal of the leak.** Without the shuffle the
-# loss is not lower (within `shuffle_loss_gap_max` over the last steps of the window), the linear
-# probe is not different (within `shuffle_probe_gap_max`), and the fingerprint — how much closer
+# What this scale shows, said plainly: **no training signal of the leak that this budget can
+# see**, which is a bound, not evidence of no leak. Without the shuffle the loss is not lower by
+# more than `shuffle_loss_gap_max` over the last steps of the window; the linear probes are printed
+# but not compared (one seed per arm: a thread count alone moves one run by a few points); and the
+# fingerprint — how much closer
 # a query is to its own key when that key was normalised with its query's BN group rather than
 # with a group of mostly foreign images — is not larger for the unshuffled-trained encoder than
 # for the shuffled-trained one by more than `fingerprint_max` cosine: the unshuffled encoder did
 # not learn to use the batch statistics in this many steps (figures and thresholds printed above;
-# one seed; the two arms saw the same batches and the same augmentations, checked above). What
+# one seed; the two arms saw the same batches and the same augmentations, checked above, and are
+# compared after the same `sweep_steps` updates). What
 # the paper reports —
 # a loss that drops by cheating and a worse representation — needs more training than this
 # budget; here the shuffle's effect is the overlap, measured exactly: from all of a key's BN group

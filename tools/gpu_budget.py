@@ -259,7 +259,8 @@ def work_13(p) -> list[Work]:
     step = step_flops(build, p["batch"], augment=augment)
     image = forward_flops(SmallResNet(width=p["width"], blocks=blocks))
     seeds = len(p["seeds"])
-    reads = 3 * (p["collapse_steps"] // p["collapse_every"] + 2) + 3 * seeds
+    # every collapse_every steps and at the end (EvalEvery), per arm; one read per budget run
+    reads = 3 * -(-p["collapse_steps"] // p["collapse_every"]) + 3 * seeds
     return [Work("collapse arms: kept, no stop-gradient, no predictor (cfg.collapse_steps each)",
                  3 * p["collapse_steps"], step),
             Work("matched budget: 3 objectives x cfg.seeds, the FLOPs of cfg.budget_steps steps each",

@@ -197,6 +197,11 @@ class MoCo(Objective):
     def encode_queries(self, x: torch.Tensor) -> torch.Tensor:
         return F.normalize(encode_in_groups(self.query_encoder, x, self.bn_groups), dim=1)
 
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """The features MoCo's loss compares for ``x``: its queries, as SimCLR's and SimSiam's
+        ``embed`` give theirs (so diagnostics read every objective the same way)."""
+        return self.encode_queries(x)
+
     @torch.no_grad()
     def encode_keys(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         # The permutation is drawn even when it is not used, so that a run without the shuffle

@@ -118,11 +118,10 @@ def build(name, seed=cfg.seed, *, stop_gradient=True, use_predictor=True):
 
 
 def projections(model):
-    """The features each loss compares (z: the projector's output; MoCo's queries), for the two
-    fixed views of the held-out images, in eval mode."""
-    embed = model.encode_queries if isinstance(model, MoCo) else model.embed
+    """The features each loss compares (`embed`: the projector's output; MoCo's queries), for the
+    two fixed views of the held-out images, in eval mode."""
     with torch.no_grad(), eval_mode(model):
-        return embed(stats_views[0]), embed(stats_views[1])
+        return model.embed(stats_views[0]), model.embed(stats_views[1])
 
 
 def diagnostics(model) -> dict:

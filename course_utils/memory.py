@@ -161,11 +161,16 @@ def tinygpt_activation_bytes(layers: int, hidden: int, heads: int, vocab: int, s
     """Bytes the whole ``TinyGPT`` stores for backward, weight copies excluded: L layers plus
     the head (``head_activation_bytes(..., "fp32")``; under autocast the LM head saves a bf16
     copy of its input, 2·sbh instead of 4·sbh, and the logits of the loss stay fp32 on both
-    devices, cross-entropy being an fp32 op of autocast)."""
+    devices, cross-entropy being an fp32 op of autocast). CUDA autocast keeps 2·sbv bytes more,
+    two per logit, the size of the bf16 logits: measured byte for byte on an H200 at three shapes
+    (``tools/gpu_check.py`` and lesson 06 at gpu scale, 2026-12-04); which op keeps them was not
+    identified there, and CPU autocast does not keep them."""
     _positive_ints(layers=layers)
     head = head_activation_bytes(seq, batch, hidden, vocab, "fp32")
     if autocast is not None:
         head -= 2 * seq * batch * hidden
+    if autocast == "cuda":
+        head += 2 * seq * batch * vocab
     return layers * tinygpt_layer_activation_bytes(seq, batch, hidden, heads, recompute,
                                                     autocast) + head
 

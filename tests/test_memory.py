@@ -177,3 +177,26 @@ def test_breakdown_plot_and_widget():
     assert {"model", "batch", "optimizer", "device"} <= {c.description for c in widget.children
                                                          if hasattr(c, "description")}
     plt.close("all")
+
+
+def test_cuda_autocast_prediction_matches_the_recorded_h200_run():
+    """The first GPU run (benchmarks/gpu_runs/2026-12-04_h200_run1.json, tools/gpu_check.py's
+    memory section, torch 2.11 on an H200) measured TinyGPT's kept-for-backward bytes under CUDA
+    bf16 autocast at two shapes, with and without full recomputation. Each equals the formula
+    plus autocast's bf16 weight copies, byte for byte: every block's 12h² matmul weights and the
+    tied head's vh without recomputation, only the head's with full recomputation (the blocks'
+    copies are re-made in their re-run). Before the run, the formula lacked the 2·sbv bytes CUDA
+    keeps per step for the logits and missed every row."""
+    import json
+    from pathlib import Path
+    report = json.loads((Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_runs"
+                         / "2026-12-04_h200_run1.json").read_text())
+    rows = [r for r in report["results"]["memory"] if r["bf16_autocast"]]
+    assert len(rows) == 4
+    for row in rows:
+        s = row["shape"]
+        layers, hidden, vocab = s["layers"], s["hidden"], s["vocab"]
+        copies = 2 * vocab * hidden + (2 * layers * 12 * hidden ** 2 if row["recompute"] == "none" else 0)
+        predicted = M.tinygpt_activation_bytes(layers, hidden, s["heads"], vocab, s["seq"], s["batch"],
+                                               recompute=row["recompute"], autocast="cuda")
+        assert row["measured_activation_bytes"] == predicted + copies, row

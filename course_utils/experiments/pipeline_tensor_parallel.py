@@ -27,6 +27,7 @@ from course_utils.distributed.context_parallel import (Ring, ring_attention, rin
                                                        score_blocks, split_sequence)
 from course_utils.distributed.devices import worker_device
 from course_utils.distributed.pipeline import stage_slice
+from course_utils.distributed.pipeline_compat import no_handshake_with_self
 from course_utils.distributed.pipeline_trace import StageTrace
 from course_utils.distributed.tensor_parallel import ColumnRowMLP
 from course_utils.experiments.toys import make_stack, make_transformer_mlp, random_pair, settings
@@ -55,7 +56,7 @@ def _pipeline_step(schedule_class, stage_ids, num_stages, c, x, y, dtype):
     losses: list = []
     inputs = (x,) if 0 in stage_ids else ()
     targets = dict(target=y, losses=losses) if num_stages - 1 in stage_ids else {}
-    with StageTrace(stages) as trace:
+    with StageTrace(stages) as trace, no_handshake_with_self():
         schedule.step(*inputs, **targets)
     return parts, trace, losses, schedule
 

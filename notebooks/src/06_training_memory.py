@@ -272,7 +272,10 @@ assert tr["none"]["activation_bytes"] - tr["selective"]["activation_bytes"] == _
 # autocast instead of 64·sbh, plus the softmax output P: on a **CPU** autocast runs softmax in
 # bf16 and P is one 2-byte tensor shared by softmax's backward and P @ v (2·as²b instead of
 # 4·as²b); on **CUDA** autocast runs softmax in fp32, so P is kept in fp32 for softmax's backward
-# *and* as the bf16 copy P @ v saves: 6·as²b, more than fp32's 4·as²b.
+# *and* as the bf16 copy P @ v saves: 6·as²b, more than fp32's 4·as²b. CUDA also keeps two
+# bytes per logit that a CPU does not (2·sbv, the size of the bf16 logits): the first GPU run of
+# this lesson measured them, byte for byte, and the prediction now books them; which op keeps
+# them is not yet identified.
 
 # %%
 ex = list(cfg.sweep[1])

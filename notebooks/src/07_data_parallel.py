@@ -190,13 +190,23 @@ print("max |Δθ| in units of ε·max|θ| (ε: the dtype's machine epsilon): "
 # %% [markdown]
 # Not bitwise: the single process sums 2B per-row gradients inside one matrix product, DDP sums
 # B of them per rank and then adds the two halves. Floating-point addition is not associative, so
-# the last bits differ. How much is "the last bits"? The line above measures the largest gap in
-# units of the dtype's machine epsilon ε times the parameter scale: from about one ε to about a
-# dozen, in fp32 and fp64 alike (printed; AdamW's gaps, after it divides by √v, are the larger
-# ones here, which this one configuration shows and does not test). The claim the
-# evidence asserts: **every gap is under 100 ε·max|θ|, and going from fp32 to fp64 shrinks it by
-# more than 10⁶** — the signature of rounding in the same algorithm; a different update (a
-# missing average, a stale gradient) would leave a gap that does not shrink with precision.
+# the last bits of the *gradients* differ. How large that is for the *parameters* depends on the
+# optimizer, and the line above measures it in units of the dtype's machine epsilon ε times the
+# parameter scale:
+#
+# - **SGD with momentum** is linear in the gradient, so a gradient that differs in its last bits
+#   moves the parameters by an amount that differs in its last bits: about one ε.
+# - **AdamW** divides by √v + 1e-8. Where a gradient entry is itself near zero, a rounding
+#   difference of ε·max|g| is not small *relative to that entry*, and the division turns it into
+#   a visible change of that entry's step. Its gap in these units is therefore not bounded by a
+#   constant: it depends on how near zero the smallest gradient entries happen to be, so it moves
+#   by orders of magnitude between configurations (the gpu preset's wider model once failed an
+#   old "under 100 ε" assert here, on a GPU and on a CPU alike).
+#
+# What tells rounding apart from a different algorithm is not the size but how it scales with
+# precision: **going from fp32 to fp64 shrinks every gap by more than 10⁶**, for both optimizers.
+# A different update (a missing average, a stale gradient) would leave a gap that does not shrink
+# with precision. The evidence asserts that, and SGD-momentum's gap under 100 ε·max|θ|.
 #
 # **Gradient accumulation with `no_sync`.** With k micro-batches per rank, only the last
 # backward needs the all-reduce; the others accumulate locally inside `ddp.no_sync()`. The result
@@ -228,7 +238,7 @@ show_table([{"ranks": n, "4Ψ (grad bytes)": c[0]["param_bytes"],
 # %%
 # NBVAL_CHECK_OUTPUT
 assert identity_gap < 1e-6, identity_gap
-assert all(v < 100 for v in gap_in_eps.values()), gap_in_eps
+assert all(gap_in_eps[(prec, "sgd-momentum")] < 100 for prec in ("fp32", "fp64")), gap_in_eps
 assert fp64_over_fp32 < 1e-6, fp64_over_fp32
 a, b = eq[0]["sgd-momentum"], eq[1]["sgd-momentum"]
 assert a["checksum_before_broadcast"] != b["checksum_before_broadcast"], "ranks must start apart"

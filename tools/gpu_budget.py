@@ -25,8 +25,14 @@ The model, per lesson:  seconds = fixed + FLOPs / (PEAK_FLOPS * MFU)
   arithmetic, which is small there. Lesson 06's transformer steps are counted as FLOPs too.
 - PEAK_FLOPS: the T4's fp32 peak (NVIDIA's datasheet, 8.1 TFLOP/s; no lesson uses autocast, and
   Turing has no TF32). MFU: assumed, 0.35, for small convolutional and ViT training steps in
-  fp32 (no GPU was lent to measure it); ``tools/gpu_check.py`` reports measured / predicted when
-  one is, and this number is the one to replace.
+  fp32; ``tools/gpu_check.py`` reports measured / predicted on a GPU.
+- A floor per training step, where a GPU run measured one at the same model and batch
+  (``benchmarks/gpu_runs/step_times.json``): a work item takes at least its steps times that
+  step time. The first GPU run (an H200, 2026-12-04) showed why: lesson 04's ViT step took 33 ms
+  there, 1.9 TFLOP/s, below what the MFU above credits a T4 with, because at these sizes a step
+  is bound by kernel launches and the batch's augmentation, not by FLOPs. No T4 steps faster
+  than an H200, and Colab's host CPU is slower than that machine's, so the floor is optimistic
+  too; lessons without a measured step (02, 03, 05, 13) are predicted from FLOPs alone.
 """
 from __future__ import annotations
 
@@ -47,6 +53,7 @@ MFU = 0.35                # assumed: see the module docstring
 BUDGET_SECONDS = 15 * 60  # per lesson
 PROBE_BATCH = 4           # batch of the real step whose FLOPs are scaled to the preset's
 TIMES = ROOT / "docs" / "lesson_times.json"
+STEP_TIMES = ROOT / "benchmarks" / "gpu_runs" / "step_times.json"
 CIFAR_TRAIN, CIFAR_TEST = 50_000, 10_000
 
 
@@ -129,6 +136,7 @@ class Work:
     what: str           # the lesson's cells this is
     count: float        # steps or images
     flops_each: float   # FLOPs per step or per image
+    floor_each: float = 0.0  # seconds per step measured on a GPU at this model and batch, if any
 
     @property
     def flops(self) -> float:
@@ -201,6 +209,15 @@ def work_03(p) -> list[Work]:
                  image)]
 
 
+def measured_step_seconds(lesson: str, model: dict) -> float:
+    """Seconds per training step a GPU run measured for ``lesson`` at exactly this model and batch
+    (benchmarks/gpu_runs/step_times.json), else 0.0: a floor, since no T4 steps faster than the
+    H200 that measured it."""
+    runs = json.loads(STEP_TIMES.read_text())["runs"] if STEP_TIMES.exists() else []
+    return next((r["seconds"] / r["steps"] for r in runs
+                 if r["lesson"] == lesson and r["model"] == model and "steps" in r), 0.0)
+
+
 def work_04(p) -> list[Work]:
     from course_utils.models import ViT
     from course_utils.objectives import MAE
@@ -210,9 +227,11 @@ def work_04(p) -> list[Work]:
         return MAE(vit, mask_ratio=0.75, decoder_dim=64, decoder_depth=1)
     vit = ViT(image_size=p["image_size"], patch_size=p["patch"], dim=p["dim"], depth=p["depth"], heads=4)
     seeds = len(p["probe_seeds"])
-    return [Work("main run (cfg.steps)", p["steps"], step_flops(build, p["batch"])),
+    floor = measured_step_seconds("04_mae", {k: p[k] for k in ("image_size", "patch", "dim", "depth",
+                                                              "batch")})
+    return [Work("main run (cfg.steps)", p["steps"], step_flops(build, p["batch"]), floor),
             Work("probe arms: pixels and norm_pix_loss per seed (cfg.probe_steps each)",
-                 2 * seeds * p["probe_steps"], step_flops(build, p["batch"])),
+                 2 * seeds * p["probe_steps"], step_flops(build, p["batch"]), floor),
             Work("probes per seed (random init and two arms) on the full train and test splits",
                  3 * seeds * (CIFAR_TRAIN + CIFAR_TEST), forward_flops(vit))]
 
@@ -292,16 +311,19 @@ def predict(lesson: str, times: dict) -> dict:
     if lesson in WORK:
         work = WORK[lesson](preset(lesson))
         flops = sum(w.flops for w in work)
-        compute = flops / (PEAK_FLOPS * MFU)
+        compute = sum(max(w.flops / (PEAK_FLOPS * MFU), w.count * w.floor_each) for w in work)
         fixed = ci if lesson != "06_training_memory" else default
         basis = "FLOPs" if lesson != "06_training_memory" else "default time + FLOPs"
         seconds = fixed + compute
     else:
         work, flops, compute, basis, seconds = [], 0.0, 0.0, "default time (not arithmetic)", default
+    if any(w.floor_each for w in work):
+        basis += ", GPU-measured step times"
     return dict(lesson=lesson, ci_seconds=ci, default_seconds=default, gpu_seconds=round(seconds, 1),
                 gpu_flops=flops, compute_seconds=round(compute, 1), basis=basis,
                 fits=seconds <= BUDGET_SECONDS,
-                work=[dict(what=w.what, count=w.count, flops=w.flops) for w in work])
+                work=[dict(what=w.what, count=w.count, flops=w.flops,
+                           floor_seconds=w.count * w.floor_each) for w in work])
 
 
 def table(times: dict | None = None) -> list[dict]:

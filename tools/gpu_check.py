@@ -62,8 +62,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 SECTIONS = ("workers", "script", "memory", "lessons", "benchmark")
-# the likeliest crashes first (10 crashed by reading; 04 has a GPU-only utilisation path; 00-01
-# never ran on a GPU), the longest last (tools/gpu_budget.py: 02 and 03 about 10 min on a T4)
+# the likeliest crashes first (10 crashed by reading; 04 has a GPU-only utilisation path), the
+# longest last (tools/gpu_budget.py: 02, 03 and 13 about 10 min on a T4). The first GPU run
+# (benchmarks/gpu_runs/) reached 10, 04, 00, 01, 06-09 and 11.
 LESSONS = ("10", "04", "00", "01", "06", "07", "08", "09", "11", "12", "05", "13", "02", "03")
 NOT_SELECTED = "not selected (--lessons)"
 BUDGET_SKIP = "time budget spent"

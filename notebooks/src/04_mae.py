@@ -45,8 +45,8 @@ from course_utils.runtime import setup
 from course_utils.scales import config
 from course_utils.train import fit
 
-# Thresholds set to None are claims this scale cannot back (CI trains a few steps) or that were
-# never measured at it (gpu): the cells still run, those asserts are skipped.
+# Thresholds set to None are claims this scale cannot back (CI trains a few steps) or that one
+# GPU run does not settle (gpu): the cells still run, those asserts are skipped.
 cfg = config(
     SCALE,
     ci=dict(image_size=16, patch=4, dim=32, depth=2, batch=16, steps=4, lr=1e-3, limit=256,
@@ -66,7 +66,7 @@ cfg = config(
              ledger_depths=[2, 4, 8, 16], encoder_kept_range=None, step_kept_range=None,
              photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=False,
              min_loss_drop=None, interpolation_wins=None, norm_pix_verdict=None,
-             dataset="cifar10", probe_seeds=[0, 1, 2], probe_steps=3000),
+             dataset="cifar10", probe_seeds=[0, 1, 2], probe_steps=1000),
 )
 device = setup(SCALE, seed=cfg.seed)
 unchecked = [k for k, v in cfg.as_dict().items() if v is None or v is False]
@@ -337,8 +337,13 @@ if cfg.step_kept_range is not None:
 # proportions, where the encoder dominates; its size is printed) timed for a few full training
 # steps, visible-only against mask tokens in the encoder. Each variant reports its fastest step
 # (wall clock), printed next to the ratio of the two arms' whole-step FLOPs (ledger). At CI scale
-# the models are too small for timing to mean anything, and at gpu scale it was never measured, so
-# the minimum speedup is asserted at the teaching scale only (the bound is printed).
+# the models are too small for timing to mean anything, so the minimum speedup is asserted at the
+# teaching scale only (the bound is printed). On a GPU, expect far less than the FLOP ratio at
+# this size: the first GPU run (an H200; its printed lines are kept in the repository's
+# benchmarks/gpu_runs/step_times.json) measured a speedup far below the FLOP ratio, at a small
+# fraction of the chip's peak. A step this small is bound by kernel launches, which visible-only
+# encoding does not remove; the paper's wall-clock gain needs an encoder large enough to be bound
+# by arithmetic.
 
 # %%
 TIMED_STEPS = 5

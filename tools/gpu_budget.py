@@ -237,15 +237,16 @@ def work_04(p) -> list[Work]:
 
 
 def work_05(p) -> list[Work]:
-    # every objective trains its steps to the largest budget (the budgets are nested), then probes
-    objectives = 5
-    probes = objectives * (1 + len(p["budgets_gflops"]))
+    # every objective and seed trains its steps to the largest budget (the budgets are nested),
+    # probed at random init and at each budget
+    runs = 5 * len(p["seeds"])
+    probes = runs * (1 + len(p["budgets_gflops"]))
     from course_utils.models import SmallResNet
     image = forward_flops(SmallResNet(width=p["width"]))
     alloc = sum(p["alloc_budgets_flops"]) * len(p["alloc_widths"]) * len(p["alloc_seeds"])
-    return [Work("matched-budget runs: 5 objectives to max(cfg.budgets_gflops)", objectives,
+    return [Work("matched-budget runs: 5 objectives x cfg.seeds to max(cfg.budgets_gflops)", runs,
                  max(p["budgets_gflops"]) * 1e9),
-            Work("probes: 5 objectives x (random init + each budget)",
+            Work("probes: 5 objectives x cfg.seeds x (random init + each budget)",
                  probes * (p["probe_train"] + p["probe_test"]), image),
             Work("allocation runs (budgets x widths x seeds)", 1, alloc)]
 

@@ -50,19 +50,19 @@ from course_utils.train import fit
 cfg = config(
     SCALE,
     ci=dict(image_size=16, patch=4, dim=32, depth=2, batch=16, steps=4, lr=1e-3, limit=256,
-            timing_dim=32, timing_depth=2, timing_batch=8, min_speedup=None,
+            timing_dim=32, timing_depth=2, timing_batch=8,
             ledger_depths=[1, 2], encoder_kept_range=None, step_kept_range=None,
             photo_draws=2, sweep_ratios=[0.5, 0.75], claim_trends=False, min_loss_drop=None,
             interpolation_wins=None, norm_pix_verdict=None, dataset="textures",
             probe_seeds=[0, 1, 2], probe_steps=4),
     default=dict(image_size=32, patch=4, dim=64, depth=4, batch=64, steps=1000, lr=1.5e-3, limit=None,
-                 timing_dim=128, timing_depth=8, timing_batch=64, min_speedup=2.0,
+                 timing_dim=128, timing_depth=8, timing_batch=64,
                  ledger_depths=[1, 2, 4, 8], encoder_kept_range=(4.0, 5.0), step_kept_range=(2.0, 3.0),
                  photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=True,
                  min_loss_drop=0.8, interpolation_wins=True, norm_pix_verdict="norm_pix_loss > pixels",
                  dataset="textures", probe_seeds=[0, 1, 2], probe_steps=400),
     gpu=dict(image_size=32, patch=4, dim=192, depth=8, batch=256, steps=3000, lr=1.5e-3, limit=None,
-             timing_dim=192, timing_depth=12, timing_batch=256, min_speedup=None,
+             timing_dim=192, timing_depth=12, timing_batch=256,
              ledger_depths=[2, 4, 8, 16], encoder_kept_range=None, step_kept_range=None,
              photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=False,
              min_loss_drop=None, interpolation_wins=None, norm_pix_verdict=None,
@@ -336,9 +336,12 @@ if cfg.step_kept_range is not None:
 # **Measured step time.** A wider, deeper encoder than the lesson's (closer to the paper's
 # proportions, where the encoder dominates; its size is printed) timed for a few full training
 # steps, visible-only against mask tokens in the encoder. Each variant reports its fastest step
-# (wall clock), printed next to the ratio of the two arms' whole-step FLOPs (ledger). At CI scale
-# the models are too small for timing to mean anything, so the minimum speedup is asserted at the
-# teaching scale only (the bound is printed). On a GPU, expect far less than the FLOP ratio at
+# (wall clock), printed next to the ratio of the two arms' whole-step FLOPs (ledger). A wall-clock
+# figure depends on the machine and on what else it runs, so it is printed here, not asserted:
+# the kit's speed goal for it lives in a benchmark (`benchmarks/bench_objectives.py`, "mae": a
+# visible-only step at least 3x faster at its configuration, with the committed result in
+# `benchmarks/results/objectives.json`). At CI scale the models are too small for the timing to
+# mean anything. On a GPU, expect far less than the FLOP ratio at
 # this size: the first GPU run (an H200; its printed lines are kept in the repository's
 # benchmarks/gpu_runs/step_times.json) measured a speedup far below the FLOP ratio, at a small
 # fraction of the chip's peak. A step this small is bound by kernel launches, which visible-only
@@ -380,13 +383,6 @@ print(f"mask tokens in encoder {t_full * 1e3:.0f} ms/step, visible only {t_visib
 for arm, t, f in (("mask tokens in encoder", t_full, flops_full), ("visible only", t_visible, flops_visible)):
     u = utilisation(f, t, device)   # against this machine's measured matmul peak
     print(f"{arm}: {u['flops_per_second'] / 1e9:.1f} GFLOP/s achieved, MFU {u['mfu']:.1%} of {u['peak_flops'] / 1e9:.0f} GFLOP/s")
-if cfg.min_speedup is not None:
-    print(f"asserted at this scale: more than {cfg.min_speedup}x faster")
-
-# %%
-# NBVAL_CHECK_OUTPUT
-if cfg.min_speedup is not None:
-    assert speedup > cfg.min_speedup, f"visible-only MAE step only {speedup:.2f}x faster"
 
 # %% [markdown]
 # ### Training, then reconstructing photos the model never saw

@@ -344,3 +344,17 @@ def alignment_uniformity(z1: torch.Tensor, z2: torch.Tensor, *, t: float = 2.0) 
     distances = torch.pdist(a).pow(2)
     return {"alignment": (a - b).pow(2).sum(dim=1).mean().item(),
             "uniformity": torch.logsumexp(-t * distances, dim=0).item() - math.log(distances.numel())}
+
+
+def view_embeddings(model: nn.Module, views) -> tuple[torch.Tensor, torch.Tensor]:
+    """The features an objective's loss compares (``model.embed``: SimCLR's and SimSiam's
+    projections, MoCo's queries) for two views of the same images, in eval mode and without
+    gradients: the input of ``alignment_uniformity`` and ``collapse_stats``, the same way in every
+    lesson that reads a representation's geometry (02, 03, 13)."""
+    if len(views) != 2:
+        raise ValueError(f"view_embeddings takes two views of the same images, got {len(views)}")
+    if not callable(getattr(model, "embed", None)):
+        raise TypeError(f"{type(model).__name__} has no embed(x): pass an objective of "
+                        "course_utils.objectives (SimCLR, MoCo, SimSiam)")
+    with torch.no_grad(), eval_mode(model):
+        return model.embed(views[0]), model.embed(views[1])

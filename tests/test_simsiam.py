@@ -85,3 +85,25 @@ def test_diagnostics_on_known_inputs():
     assert alignment_uniformity(one, one) == {"alignment": 0.0, "uniformity": 0.0}
     with pytest.raises(ValueError, match="at least 2 rows"):
         collapse_stats(torch.ones(1, 4))
+
+
+def test_view_embeddings_reads_what_each_loss_compares_in_eval_mode():
+    """The lessons' one reading of two views' features: SimSiam's projections (not its
+    predictions), in eval mode (BatchNorm's running statistics, so a row does not depend on the
+    rest of the batch), without gradients; the model is left in the mode it was in."""
+    from course_utils.evaluate import view_embeddings
+    backbone = SmallResNet(width=4)
+    model = SimSiam(backbone, torch.nn.Linear(backbone.feature_dim, 16), dim=16).train()
+    views = [torch.rand(6, 3, 16, 16, generator=torch.Generator().manual_seed(k)) for k in (1, 2)]
+    z1, z2 = view_embeddings(model, views)
+    assert model.training and not z1.requires_grad and z1.shape == (6, 16)
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(z1, model.embed(views[0])) and torch.equal(z2, model.embed(views[1]))
+        # eval mode: a row does not depend on the rest of the batch (to rounding: the batch size
+        # may change the kernels' summation order)
+        torch.testing.assert_close(z1[:3], model.embed(views[0][:3]), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="two views"):
+        view_embeddings(model, views[:1])
+    with pytest.raises(TypeError, match="embed"):
+        view_embeddings(SmallResNet(width=4), views)

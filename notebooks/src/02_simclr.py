@@ -35,7 +35,8 @@ import torch.nn.functional as F
 from course_utils.augment import SimCLRAugment
 from course_utils.compare import NOT_RESOLVED, compare_paired
 from course_utils.data import load_dataset
-from course_utils.evaluate import alignment_uniformity, eval_mode, extract_features, knn_accuracy, linear_probe
+from course_utils.evaluate import (alignment_uniformity, extract_features, knn_accuracy, linear_probe,
+                                   view_embeddings)
 from course_utils.ledger import measure, nt_xent_kept_bytes
 from course_utils.models import ProjectionHead, SmallResNet
 from course_utils.objectives import SimCLR, Supervised, make_step
@@ -390,9 +391,7 @@ def snapshot(model, history_loss):
     """Probes, colour R², alignment and uniformity of the projections z (two fixed views of
     held-out images, the diagnostic lesson 13 uses) and the loss averaged over the last 3 steps."""
     tail = history_loss[-3:]
-    with torch.no_grad(), eval_mode(model):
-        z1, z2 = (model.embed(v) for v in diagnostic_views)
-    return {**probes(model.encoder), **alignment_uniformity(z1, z2),
+    return {**probes(model.encoder), **alignment_uniformity(*view_embeddings(model, diagnostic_views)),
             "loss (last 3 steps)": sum(tail) / len(tail)}
 
 

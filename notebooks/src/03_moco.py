@@ -33,7 +33,7 @@ import torch.nn as nn
 
 from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
-from course_utils.evaluate import alignment_uniformity, eval_mode, probe_encoder
+from course_utils.evaluate import alignment_uniformity, probe_encoder, view_embeddings
 from course_utils.ledger import measure
 from course_utils.models import ProjectionHead, SmallResNet, count_parameters
 from course_utils.objectives import MoCo, SimCLR, make_step
@@ -381,8 +381,7 @@ diagnostic_views = augment.two_views(test.images[:512], torch.Generator().manual
 
 def query_geometry(model) -> dict:
     """Wang & Isola's alignment and uniformity of the queries of the two fixed views."""
-    with torch.no_grad(), eval_mode(model):
-        return alignment_uniformity(*(model.encode_queries(v) for v in diagnostic_views))
+    return alignment_uniformity(*view_embeddings(model, diagnostic_views))
 
 
 class CopyAt(Callback):

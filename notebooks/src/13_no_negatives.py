@@ -35,7 +35,7 @@ import torch
 from course_utils.augment import SimCLRAugment
 from course_utils.compare import NOT_RESOLVED, compare_paired
 from course_utils.data import load_dataset
-from course_utils.evaluate import alignment_uniformity, collapse_stats, eval_mode, probe_encoder
+from course_utils.evaluate import alignment_uniformity, collapse_stats, probe_encoder, view_embeddings
 from course_utils.exercises import check_close, check_equal
 from course_utils.ledger import measure
 from course_utils.models import ProjectionHead, SmallResNet, count_parameters
@@ -120,8 +120,7 @@ def build(name, seed=cfg.seed, *, stop_gradient=True, use_predictor=True):
 def projections(model):
     """The features each loss compares (`embed`: the projector's output; MoCo's queries), for the
     two fixed views of the held-out images, in eval mode."""
-    with torch.no_grad(), eval_mode(model):
-        return model.embed(stats_views[0]), model.embed(stats_views[1])
+    return view_embeddings(model, stats_views)
 
 
 def diagnostics(model) -> dict:

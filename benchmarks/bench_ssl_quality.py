@@ -33,7 +33,6 @@ from course_utils.data import load_dataset
 from course_utils.evaluate import probe_encoder
 from course_utils.models import ProjectionHead, SmallResNet, ViT
 from course_utils.objectives import MAE, MoCo, SimCLR, SimSiam, make_step
-from course_utils.objectives.simsiam import prediction_mlp
 from course_utils.runtime import core_seconds
 
 IMAGE_SIZE, BATCH, GOAL_POINTS = 16, 128, 15
@@ -93,8 +92,7 @@ def _build(name: str, augment):
     SimSiam as lesson 13 builds it)."""
     encoder = _encoder(_family(name))
     if name == "simsiam":
-        projector = ProjectionHead(encoder.feature_dim, 128, 64, output_batch_norm=True)
-        model = SimSiam(encoder, projector, 64, predictor=prediction_mlp(64, 64))
+        model = SimSiam.recipe(encoder, 64)
         opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.05)
         return model, make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0))
     if name == "mae":

@@ -107,3 +107,13 @@ def test_view_embeddings_reads_what_each_loss_compares_in_eval_mode():
         view_embeddings(model, views[:1])
     with pytest.raises(TypeError, match="embed"):
         view_embeddings(SmallResNet(width=4), views)
+
+
+def test_the_kit_recipe_is_the_papers_heads_with_a_full_width_predictor():
+    """SimSiam.recipe: the one construction lesson 13, the SSL benchmark and gpu_budget share."""
+    backbone = SmallResNet(width=4)
+    model = SimSiam.recipe(backbone, 16, stop_gradient=False)
+    assert isinstance(model.projector.net[-1], torch.nn.BatchNorm1d)       # projector ends in BN
+    assert model.predictor[0].out_features == 16 and model.stop_gradient is False
+    with pytest.raises(TypeError, match="feature_dim"):
+        SimSiam.recipe(torch.nn.Linear(3, 3), 16)

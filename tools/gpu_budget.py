@@ -263,17 +263,15 @@ def work_06(p) -> list[Work]:
 
 def work_13(p) -> list[Work]:
     from course_utils.augment import SimCLRAugment
-    from course_utils.models import ProjectionHead, SmallResNet
+    from course_utils.models import SmallResNet
     from course_utils.objectives import SimSiam
-    from course_utils.objectives.simsiam import prediction_mlp
     blocks = tuple(p["blocks"])
     augment = SimCLRAugment(p["image_size"], crop_scale=tuple(p["crop_scale"]),
                             color_strength=p["color_strength"], rotate=p["rotate"])
 
     def build():
         backbone = SmallResNet(width=p["width"], blocks=blocks)
-        projector = ProjectionHead(backbone.feature_dim, 128, p["dim"], output_batch_norm=True)
-        return SimSiam(backbone, projector, p["dim"], predictor=prediction_mlp(p["dim"], p["dim"]))
+        return SimSiam.recipe(backbone, p["dim"])
     # a SimSiam step costs SimCLR's give or take two small matmuls (the lesson asserts how much), so every
     # budget run counts as cfg.budget_steps SimSiam steps: MoCo's more, cheaper steps add to the same
     step = step_flops(build, p["batch"], augment=augment)

@@ -26,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import checks
+from ..models import ProjectionHead
 from .base import Objective, as_batch
 
 
@@ -76,6 +77,22 @@ class SimSiam(Objective):
         self.encoder, self.projector = backbone, projector
         self.predictor = (predictor or prediction_mlp(dim, max(1, dim // 4))) if use_predictor else nn.Identity()
         self.stop_gradient = bool(stop_gradient)
+
+    @classmethod
+    def recipe(cls, backbone: nn.Module, dim: int, *, hidden: int = 128, **kwargs) -> "SimSiam":
+        """SimSiam as the kit trains it (lesson 13, benchmarks/bench_ssl_quality.py and
+        tools/gpu_budget.py build it here, so the three cannot drift apart): the paper's projector
+        ending in BatchNorm, ``ProjectionHead(backbone.feature_dim, hidden, dim,
+        output_batch_norm=True)``, and a predictor as wide as d, ``prediction_mlp(dim, dim)``
+        (the paper's d/4 bottleneck is for d = 2048). ``kwargs``: ``stop_gradient``,
+        ``use_predictor``."""
+        feature_dim = getattr(backbone, "feature_dim", None)
+        if not isinstance(feature_dim, int):
+            raise TypeError(f"SimSiam.recipe needs a backbone with an int feature_dim (the kit's "
+                            f"SmallResNet or ViT), got {type(backbone).__name__}")
+        checks.positive_int(dim, "dim", hint="the projector's output size")
+        projector = ProjectionHead(feature_dim, hidden, dim, output_batch_norm=True)
+        return cls(backbone, projector, dim, predictor=prediction_mlp(dim, dim), **kwargs)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         return self.projector(self.encoder(x))                       # B×d

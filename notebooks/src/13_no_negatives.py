@@ -41,7 +41,7 @@ from course_utils.ledger import measure
 from course_utils.models import ProjectionHead, SmallResNet, count_parameters
 from course_utils.objectives import MoCo, SimCLR, SimSiam, make_step
 from course_utils.objectives.simclr import nt_xent_loss
-from course_utils.objectives.simsiam import prediction_mlp, simsiam_loss
+from course_utils.objectives.simsiam import simsiam_loss
 from course_utils.report import headline, show_table
 from course_utils.runtime import setup
 from course_utils.scales import config
@@ -99,9 +99,7 @@ def build(name, seed=cfg.seed, *, stop_gradient=True, use_predictor=True):
     torch.manual_seed(seed)
     backbone = SmallResNet(width=cfg.width, blocks=cfg.blocks)
     if name == "SimSiam":
-        projector = ProjectionHead(backbone.feature_dim, 128, cfg.dim, output_batch_norm=True)
-        model = SimSiam(backbone, projector, cfg.dim, predictor=prediction_mlp(cfg.dim, cfg.dim),
-                        stop_gradient=stop_gradient, use_predictor=use_predictor)
+        model = SimSiam.recipe(backbone, cfg.dim, stop_gradient=stop_gradient, use_predictor=use_predictor)
     elif name == "SimCLR":
         model = SimCLR(backbone, ProjectionHead(backbone.feature_dim, 128, cfg.dim),
                        temperature=cfg.temperature)

@@ -59,13 +59,13 @@ cfg = config(
             simclr_temperature=0.2, moco_temperature=0.2, moco_queue=1024, proj_dim=64,
             train_limit=512, probe_train=256, probe_test=256, dataset="shapes",
             alloc_budgets_flops=[2e6, 8e6], alloc_widths=[16, 64], alloc_batch=32, alloc_seeds=[0, 1],
-            **NO_CLAIMS),
+            queue_flops_max=None, **NO_CLAIMS),
     default=dict(image_size=16, width=16, vit_dim=64, decoder_dim=32, batch=128,
                  budgets_gflops=[150.0, 300.0, 600.0], seeds=[0, 1, 2],
                  simclr_temperature=0.2, moco_temperature=0.2, moco_queue=1024, proj_dim=64,
                  train_limit=None, probe_train=2000, probe_test=1000, dataset="shapes",
                  alloc_budgets_flops=[3.5e8, 1.4e9, 5.6e9], alloc_widths=[16, 64, 256, 1024],
-                 alloc_batch=256, alloc_seeds=[0, 1, 2],
+                 alloc_batch=256, alloc_seeds=[0, 1, 2], queue_flops_max=0.02,
                  # claims the default run is asserted against, each decided by paired seeds
                  labels_win=True, supervised_learns=True, mae_starts_below_floor=True,
                  alloc_check=True),
@@ -74,7 +74,7 @@ cfg = config(
              simclr_temperature=0.2, moco_temperature=0.2, moco_queue=1024, proj_dim=64,
              train_limit=None, probe_train=10000, probe_test=10000, dataset="cifar10",
              alloc_budgets_flops=[3.5e9, 1.4e10, 5.6e10], alloc_widths=[16, 64, 256, 1024, 4096],
-             alloc_batch=1024, alloc_seeds=[0, 1], **NO_CLAIMS),
+             alloc_batch=1024, alloc_seeds=[0, 1], queue_flops_max=0.02, **NO_CLAIMS),
 )
 device = setup(SCALE, seed=cfg.seed)
 train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=device,
@@ -235,18 +235,24 @@ mae_decoder_share = mae["decoder"] / mae["total"]
 # %%
 # NBVAL_CHECK_OUTPUT
 L = (cfg.image_size // 4) ** 2
+queue_logit_share = 4 * cfg.batch * queue_size * key_dim / rec["MoCo"].flops
 # bookkeeping, not evidence: the ledger counts what the objectives were built to do
 assert rec["SimCLR"].encoded["encoder images"] == 2 * cfg.batch              # two views, both with backward
 assert rec["MoCo"].encoded["encoder images"] == rec["MoCo"].encoded["key encoder images"] == cfg.batch
 assert rec["MAE"].encoded["encoder tokens"] == cfg.batch * int(L * 0.25)     # a quarter of the patches
 assert rec["MoCo"].cache_bytes >= queue_size * key_dim * 4 and rec["SimCLR"].cache_bytes == 0
 assert vit_parts["MAE"]["total"] == rec["MAE"].flops                          # one counter, two readings
-# evidence
+# two views through one encoder, both with backward: about twice one view, by construction
 assert rec["SimCLR"].activation_bytes > 1.8 * rec["supervised ResNet"].activation_bytes
-assert rec["MoCo"].activation_bytes < 0.7 * rec["SimCLR"].activation_bytes    # keys keep nothing for backward
-# two views with backward cost twice one view; a key view without backward costs about a third
-# more (a forward is about a third of forward + backward), plus the projector and queue logits
 assert 1.9 < flops_vs_supervised["SimCLR"] < 2.2, flops_vs_supervised
+# MoCo's queue costs memory and almost no FLOPs: its logits, q·queueᵀ forward and its gradient
+# for q backward, are 4·B·K·d of the step (CI's encoder is too small for "almost")
+if cfg.queue_flops_max is not None:
+    assert queue_logit_share < cfg.queue_flops_max, queue_logit_share
+# evidence
+assert rec["MoCo"].activation_bytes < 0.7 * rec["SimCLR"].activation_bytes    # keys keep nothing for backward
+# a key view without backward costs about a third more than one view with it (a forward is
+# about a third of forward + backward), plus the projector and queue logits
 assert 1.25 < flops_vs_supervised["MoCo"] < 1.5, flops_vs_supervised
 assert abs(mae_blocks_measured / mae_blocks_predicted - 1) < 0.01, (mae_blocks_measured, mae_blocks_predicted)
 
@@ -254,7 +260,8 @@ assert abs(mae_blocks_measured / mae_blocks_predicted - 1) < 0.01, (mae_blocks_m
 print(f"Per image, against the supervised run of the same backbone: SimCLR spends "
       f"{flops_vs_supervised['SimCLR']:.2f}x the FLOPs (two views, both back-propagated), MoCo "
       f"{flops_vs_supervised['MoCo']:.2f}x (the key view is a forward without backward, about a third "
-      f"of a training pass), MAE {flops_vs_supervised['MAE']:.2f}x.")
+      f"of a training pass), MAE {flops_vs_supervised['MAE']:.2f}x. MoCo's queue logits are "
+      f"{queue_logit_share:.1%} of its step.")
 print(f"MAE's encoder blocks cost {mae_blocks_measured:.3f}x those of the supervised ViT: predicted "
       f"{1 - attention_share:.3f}·{visible:g} + {attention_share:.3f}·{visible:g}² = {mae_blocks_predicted:.3f} "
       f"(attention's L×L matmuls are {100 * attention_share:.1f}% of the supervised ViT's block FLOPs). "

@@ -549,6 +549,8 @@ for r in rows_6nd:      # the layer-by-layer sum is the counter's number, to the
 assert abs(mlp_r - mlp_predicted) < 0.01, (mlp_r, mlp_predicted)   # the first layer is the only big term
 assert abs(vit_r - 1) < VIT_6ND_TOLERANCE, "transformer with few tokens: 6ND is close"
 assert all(abs(vit_row[k + " / 6ND"]) < VIT_6ND_TOLERANCE for k in CORRECTIONS), vit_row
+# ... and they partly cancel: attention adds, the other three subtract
+assert vit_row["attention / 6ND"] > 0 and all(vit_row[k + " / 6ND"] < 0 for k in CORRECTIONS[1:]), vit_row
 # counting D in positions at the first stage's resolution undercounts, at the last stage's overcounts
 assert cnn_vs_positions[cnn_positions[0]] < 1 / CNN_MISFIT and cnn_vs_positions[cnn_positions[-1]] > CNN_MISFIT, \
     cnn_vs_positions
@@ -703,6 +705,8 @@ for name, c in allocation_claims.items():
 
 # %%
 # NBVAL_CHECK_OUTPUT
+# for these students 6ND overstates a step (the first layer needs no input gradient)
+assert max(ratios) < 1, ratios
 if cfg.alloc_check:
     assert best_hidden[-1] > best_hidden[0], "more compute moves the best width right"
     for name, c in allocation_claims.items():

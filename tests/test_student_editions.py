@@ -17,10 +17,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+import kernel_run  # noqa: E402
 import notebooks  # noqa: E402
 from notebook_rules import CHECK  # noqa: E402
 
@@ -147,9 +147,7 @@ def assert_blank_run(nb: nbformat.NotebookNode, name: str) -> None:
 
 @pytest.mark.parametrize("name", _executed_lessons())
 def test_student_edition_runs_blank_and_the_solutions_pass(name):
-    nb = blank_then_solve(notebooks.STUDENT / f"{name}.ipynb")
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(notebooks.STUDENT)}}).execute()
+    nb = kernel_run.execute(blank_then_solve(notebooks.STUDENT / f"{name}.ipynb"), notebooks.STUDENT)
     assert_blank_run(nb, name)
     status = solved(nb)["status"]
     assert status == {q: "passed" for q in load_lesson(name)["questions"]}, status

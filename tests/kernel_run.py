@@ -25,14 +25,14 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, *, timeout: int = CELL_TIMEOUT
     """``nb`` executed in a python3 kernel whose working directory is ``cwd`` (the notebook is
     executed in place, and the executed notebook returned: the retry's, if there was one)."""
     unexecuted = copy.deepcopy(nb)
-    try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(cwd)}}).execute()
-        return nb
-    except CellTimeoutError as err:
-        warnings.warn(f"a cell timed out after {timeout} s ({str(err).splitlines()[0]}); running the "
-                      "notebook again once in a fresh kernel (a lost kernel message: see "
-                      "tests/kernel_run.py)", stacklevel=2)
-    NotebookClient(unexecuted, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(cwd)}}).execute()
-    return unexecuted
+    for attempt in (nb, unexecuted):
+        try:
+            NotebookClient(attempt, timeout=timeout, kernel_name="python3",
+                           resources={"metadata": {"path": str(cwd)}}).execute()
+            return attempt
+        except CellTimeoutError as err:
+            if attempt is unexecuted:
+                raise
+            warnings.warn(f"a cell timed out after {timeout} s ({str(err).splitlines()[0]}); running "
+                          "the notebook again once in a fresh kernel (a lost kernel message: see "
+                          "tests/kernel_run.py)", stacklevel=2)

@@ -229,9 +229,10 @@ def work_04(p) -> list[Work]:
     seeds = len(p["probe_seeds"])
     floor = measured_step_seconds("04_mae", {k: p[k] for k in ("image_size", "patch", "dim", "depth",
                                                               "batch")})
-    return [Work("main run (cfg.steps)", p["steps"], step_flops(build, p["batch"]), floor),
+    step = step_flops(build, p["batch"])
+    return [Work("main run (cfg.steps)", p["steps"], step, floor),
             Work("probe arms: pixels and norm_pix_loss per seed (cfg.probe_steps each)",
-                 2 * seeds * p["probe_steps"], step_flops(build, p["batch"]), floor),
+                 2 * seeds * p["probe_steps"], step, floor),
             Work("probes per seed (random init and two arms) on the full train and test splits",
                  3 * seeds * (CIFAR_TRAIN + CIFAR_TEST), forward_flops(vit))]
 

@@ -224,8 +224,8 @@ def check_memory(device: str, cases) -> list[dict]:
                                                      recompute=recompute, autocast=True,
                                                      device=device, steps=2)
                         slope = record.activation_bytes - smaller.activation_bytes
-                        expected = (tinygpt_activation_bytes(layers, hidden, heads, vocab, seq, batch, recompute=recompute,
-                                                             autocast=device)
+                        expected = (tinygpt_activation_bytes(layers, hidden, heads, vocab, seq, batch,
+                                                             recompute=recompute, autocast=device)
                                     - tinygpt_activation_bytes(layers, hidden, heads, vocab, seq, half,
                                                                recompute=recompute, autocast=device))
                         row.update(slope_batches=[half, batch], measured_slope=slope,

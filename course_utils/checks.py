@@ -94,9 +94,10 @@ def generator(value: Any, name: str = "generator") -> torch.Generator | None:
 
 
 def device(value: Any) -> torch.device:
-    """A device that exists on this machine."""
+    """A device that exists on this machine (a ``torch.device`` is returned as it is: the
+    placement check in ``distributed.device_check`` knows the lesson's device by identity)."""
     try:
-        dev = torch.device(value)
+        dev = value if isinstance(value, torch.device) else torch.device(value)
     except (RuntimeError, TypeError) as err:
         raise ValueError(f"device={value!r} is not a device; pass 'cpu', 'cuda' or a torch.device") from err
     if dev.type == "cuda" and not torch.cuda.is_available():

@@ -54,6 +54,12 @@ case("all on the host", lambda: unmoved(batch))
 z = torch.randn(3, 2)
 case("to(x.device) follows x", lambda: z[:, 0] + torch.arange(3).to(z.device))
 case("a 0-d host scalar with a device tensor", lambda: model.weight * torch.tensor(2.0))
+from course_utils.data import load_dataset
+images = load_dataset("shapes", "train", image_size=8, device=device, limit=4).images
+probe = lambda: nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 2)).double()
+case("data loaded to the device, fp64 model left on the host (lesson 02's bug)",
+     lambda: probe()(images.double()))
+case("data loaded to the device, fp64 model moved", lambda: probe().to(device)(images.double()))
 print("RESULTS " + json.dumps(results))
 """
 
@@ -76,14 +82,16 @@ def checked():
 
 @pytest.mark.parametrize("bug", ["model moved, batch not",
                                  "CPU checkpoint vs live weights (lesson 10's bug)",
-                                 "model not moved, batch moved"])
+                                 "model not moved, batch moved",
+                                 "data loaded to the device, fp64 model left on the host (lesson 02's bug)"])
 def test_a_planted_device_bug_raises(checked, bug):
     assert checked[bug].startswith("PlacementError: ") and "mixes a host tensor" in checked[bug], checked[bug]
 
 
 @pytest.mark.parametrize("fine", ["model and batch moved", "CPU checkpoint vs weights moved to the CPU",
                                   "all on the host", "to(x.device) follows x",
-                                  "a 0-d host scalar with a device tensor"])
+                                  "a 0-d host scalar with a device tensor",
+                                  "data loaded to the device, fp64 model moved"])
 def test_the_correct_line_runs(checked, fine):
     assert checked[fine] == "ran", checked[fine]
 

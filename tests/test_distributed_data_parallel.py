@@ -83,6 +83,21 @@ def test_moco_queue_filled_from_all_ranks_is_identical_everywhere(ranks):
     assert not torch.equal(a["own_keys"], b["own_keys"])
 
 
+def test_the_gpu_preset_runs_every_worker_the_lesson_launches():
+    """Lesson 07's gpu preset, run on two gloo ranks on the CPU: its sizes must suit every worker
+    (on the H200, run 3, a 64-key MoCo queue refused the 2 x 64 keys of one step; the world where
+    this fails is a preset that only a GPU runtime would reach)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import gpu_budget
+    gpu = gpu_budget.preset("07_data_parallel", "gpu")
+    assert gpu["dp"]["queue_size"] >= gpu["ranks"] * gpu["dp"]["batch"]
+    results = launch(lesson.suite, gpu["ranks"], gpu["dp"], timeout=240)
+    assert results[0]["moco"]["ptr"] >= 0 and set(results[0]) >= {"equivalence", "moco", "simclr"}
+    assert launch(lesson.ddp_comm_bytes, gpu["ranks"], gpu["comm"], timeout=120)[0]
+
+
 def test_settings_reject_unknown_keys():
     with pytest.raises(ValueError, match="unknown setting"):
         toys.settings({"stpes": 3}, lesson.DEFAULTS)

@@ -1,6 +1,7 @@
 """tools/gpu_check.py on a machine without a GPU: a clear refusal, a plan, skips that are never
 passes, a smoke run of every section (in the background lane) and a run killed mid-way."""
 import json
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -182,3 +183,29 @@ def _cifar_on_disk(load) -> bool:
         return True
     except DatasetUnavailableError:
         return False
+
+
+def test_a_lesson_stopped_by_the_budget_is_unfinished_not_failed(tmp_path, monkeypatch):
+    """A lesson whose cell hits the limit set by what was left of the budget is reported as
+    skipped for time, with how far it got (it did not fail: the world where it is 'failed' sent
+    run 3's lesson 05 to the failures); a cell that times out with budget to spare still fails."""
+    import papermill
+
+    class CellTimeoutError(TimeoutError):
+        pass
+
+    def stopped(*args, **kwargs):
+        time.sleep(1.2)   # the cell ran until the budget's end
+        raise CellTimeoutError("A cell timed out while it was being executed")
+
+    monkeypatch.setattr(papermill, "execute_notebook", stopped)
+    rows = gpu_check.check_lessons("ci", tmp_path, time.monotonic() + 1, ["00"])
+    row = next(r for r in rows if r["lesson"].startswith("00_"))
+    assert row["status"] == "skipped" and row["why"].startswith(gpu_check.BUDGET_SKIP), row
+    assert "cells run" in row["why"] and "measured_over_predicted_t4" not in row
+    report = {"results": {"lessons": rows}}
+    gpu_check._write(report, tmp_path / "r.json", ok=True, quiet=True)
+    assert report["ok"] is False and f"lessons:{row['lesson']}" in report["skipped_for_time"]
+
+    rows = gpu_check.check_lessons("ci", tmp_path, time.monotonic() + 3600, ["00"])
+    assert next(r for r in rows if r["lesson"].startswith("00_"))["status"] == "failed"

@@ -829,7 +829,7 @@ def fp64_update(**kwargs):
     """-> (parameters before, parameters after) one SGD step (lr 1) of an fp64 SimCLR without BN."""
     torch.manual_seed(cfg.seed)
     encoder = nn.Sequential(nn.Flatten(), nn.Linear(3 * cfg.image_size ** 2, 64), nn.ReLU())
-    model = SimCLR(encoder, nn.Linear(64, 32), temperature=cfg.temperature).double()
+    model = SimCLR(encoder, nn.Linear(64, 32), temperature=cfg.temperature).double().to(device)
     before = torch.cat([p.detach().flatten() for p in model.parameters()])
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0), **kwargs)(

@@ -40,10 +40,10 @@ from course_utils.scales import config
 # machine with >= 2 GPUs launch() picks NCCL and one GPU per rank by itself).
 cfg = config(
     SCALE,
-    ci=dict(seed=0, ranks=2, dp=dict(steps=3, batch=8, hidden=32), comm=dict(hidden=64, steps=2)),
-    default=dict(seed=0, ranks=2, dp=dict(steps=8, batch=32, hidden=64),
+    ci=dict(seed=0, ranks=2, dp=dict(steps=3, batch=8, hidden=32, queue_size=64), comm=dict(hidden=64, steps=2)),
+    default=dict(seed=0, ranks=2, dp=dict(steps=8, batch=32, hidden=64, queue_size=256),
                  comm=dict(hidden=512, steps=5)),
-    gpu=dict(seed=0, ranks=2, dp=dict(steps=8, batch=64, hidden=256),
+    gpu=dict(seed=0, ranks=2, dp=dict(steps=8, batch=64, hidden=256, queue_size=512),
              comm=dict(hidden=1024, steps=5)),
 )
 device = setup(SCALE, seed=cfg.seed)   # prints the scale, why, and the device

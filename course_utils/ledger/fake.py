@@ -127,7 +127,7 @@ def fake_world(world_size: int):
 def to_device(module: nn.Module, device) -> nn.Module:
     """``module.to(device)``, except for a module of fake tensors already there
     (course_utils.ledger.fake_mode): those cannot be moved, not even to their own device."""
-    device = torch.device(device)
+    device = device if isinstance(device, torch.device) else torch.device(device)
     tensors = list(module.parameters()) + list(module.buffers())
     if tensors and all(is_fake(t) and t.device == device for t in tensors):
         return module

@@ -94,11 +94,19 @@ def tensor_parallel_ledger(mesh, *, hidden: int, batch: int, seq: int, layers: i
 # ---------------------------------------------------------------------------------------------
 # The papers' models
 # ---------------------------------------------------------------------------------------------
-def resnet50_encoder() -> nn.Module:
+def resnet50_encoder(stride_in: str = "3x3") -> nn.Module:
     """torchvision's ResNet-50 without its classifier (2048 features): SimCLR's and MoCo's
-    backbone. 23.5 M parameters (25.6 M with the 1000-class head the papers count)."""
+    backbone. 23.5 M parameters (25.6 M with the 1000-class head the papers count).
+
+    ``stride_in``: where a stage's first block halves the resolution: "3x3" (torchvision's,
+    sometimes called v1.5) or "1x1", its first 1x1 convolution, as He et al. (2016) built it;
+    the same parameters, fewer FLOPs (the 3x3 convolution then runs at the lower resolution)."""
     from torchvision.models import resnet50
+    checks.choice(stride_in, "stride_in", ("3x3", "1x1"))
     model = resnet50(weights=None)
+    if stride_in == "1x1":
+        for stage in (model.layer2, model.layer3, model.layer4):
+            stage[0].conv1.stride, stage[0].conv2.stride = (2, 2), (1, 1)
     model.fc = nn.Identity()
     model.feature_dim = 2048
     return model

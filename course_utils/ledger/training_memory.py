@@ -31,7 +31,7 @@ def measure_tinygpt(layers: int, hidden: int, heads: int, vocab: int, seq: int, 
     autocast (CPU and CUDA). Returns (LedgerRecord, model).
     """
     checks.positive_int(steps, "steps")
-    device = torch.device(device)
+    device = checks.device(device)
     torch.manual_seed(seed)
     model = to_device(TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute), device)
     opt = make_optimizer(optimizer, model.parameters())

@@ -33,13 +33,28 @@ def make_deterministic() -> None:
     torch.backends.cudnn.benchmark = False
 
 
+DEVICE_VAR = "COURSE_DEVICE"
+
+
 def pick_device(scale: str) -> torch.device:
     """CUDA for the gpu scale (required), otherwise CPU: CI and default scales are CPU lessons.
 
-    MPS is reported by ``describe_device`` but not chosen: several kernels the lessons measure
-    (saved-tensor hooks, FLOP counting) are only checked on CPU and CUDA.
+    ``$COURSE_DEVICE=cuda`` runs a ci or default lesson on the GPU instead: the ci preset is then
+    a step-capped pass through the lesson's GPU code paths (``tools/gpu_check.py --lesson-scale
+    ci`` uses it to walk every lesson in minutes). MPS is reported by ``describe_device`` but not
+    chosen: several kernels the lessons measure (saved-tensor hooks, FLOP counting) are only
+    checked on CPU and CUDA.
     """
     scale = resolve_scale(scale)
+    forced = os.environ.get(DEVICE_VAR)
+    if forced:
+        if forced not in ("cpu", "cuda"):
+            raise ValueError(f"${DEVICE_VAR}={forced!r}: use 'cuda' or 'cpu', or unset it")
+        if forced == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"${DEVICE_VAR}=cuda but torch sees no CUDA GPU; unset it")
+        if forced == "cpu" and scale == "gpu":
+            raise ValueError(f"${DEVICE_VAR}=cpu cannot run SCALE='gpu'; choose 'default' or 'ci'")
+        return torch.device(forced)
     if scale == "gpu":
         if not torch.cuda.is_available():
             raise RuntimeError(
@@ -56,7 +71,8 @@ def setup(scale: str | None = None, seed: int = 0) -> torch.device:
     seed_everything(seed)
     make_deterministic()
     device = pick_device(scale)
-    print(f"SCALE = {scale!r}, {scale_reason(scale)}; on {device}. To choose, set SCALE in the "
+    forced = f" (from ${DEVICE_VAR})" if os.environ.get(DEVICE_VAR) else ""
+    print(f"SCALE = {scale!r}, {scale_reason(scale)}; on {device}{forced}. To choose, set SCALE in the "
           f"parameters cell or COURSE_SCALE in the environment (ci, default or gpu).")
     if os.environ.get("COURSE_CHECK_PLACEMENT") == "1":  # make test sets it
         # an optional tool, loaded only when asked for (it patches torch.load and collectives)

@@ -20,8 +20,10 @@ def test_ssl_plans_all_reduce_every_gradient_once(model):
     assert rec.comm_bytes == rec.grad_bytes > 0 and rec.world_size == 2
     assert plan["needed_bytes"] == rec.resident_bytes + rec.activation_bytes
     table = lines(plan)
-    assert len(table) == 7 and table["communicated (GB sent)"] == rec.comm_bytes / 1e9   # compute + six
+    # compute, then the six lines (repeated in two rows: recomputed FLOPs, re-encoded items)
+    assert len(table) == 8 and table["communicated (GB sent)"] == rec.comm_bytes / 1e9
     assert table["repeated: recomputed in backward (TFLOP)"] == 0
+    assert table["repeated: items encoded twice (re-encoded)"] == 0   # no gradient cache here
     assert table["compute (TFLOP/step)"] == rec.flops / 1e12
 
 

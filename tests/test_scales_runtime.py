@@ -49,3 +49,24 @@ def test_the_device_chooses_the_scale_when_nobody_else_does(monkeypatch, capsys)
     assert scales.scale_reason("ci") == "set in the parameters cell (or by papermill)"
     monkeypatch.setenv("COURSE_SCALE", "ci")
     assert scales.scale_reason("ci") == "from $COURSE_SCALE"
+
+
+def test_course_device_runs_a_ci_lesson_on_the_gpu(monkeypatch):
+    """$COURSE_DEVICE=cuda moves a ci or default lesson to the GPU (gpu_check's --lesson-scale ci:
+    every lesson's device code path in minutes); without a GPU, or with a value it does not
+    know, it says what to do instead of running somewhere else."""
+    import torch
+    from course_utils import runtime
+    monkeypatch.setenv("COURSE_DEVICE", "cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert runtime.pick_device("ci") == torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="unset it"):
+        runtime.pick_device("ci")
+    monkeypatch.setenv("COURSE_DEVICE", "gpu0")
+    with pytest.raises(ValueError, match="'cuda' or 'cpu'"):
+        runtime.pick_device("default")
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    assert runtime.pick_device("ci") == torch.device("cpu")
+    with pytest.raises(ValueError, match="cannot run SCALE='gpu'"):
+        runtime.pick_device("gpu")

@@ -6,6 +6,7 @@ no network), with a JSON report.
     python tools/gpu_check.py --workers sharding   # only the workers whose name contains this
     python tools/gpu_check.py --dry-run       # anywhere: list what would run, write the plan
     python tools/gpu_check.py --smoke         # on a CPU: the same code paths at toy size (gloo)
+    python tools/gpu_check.py --only lessons --lesson-scale ci   # all 13 lessons' GPU paths, ci-sized
     python tools/gpu_check.py --smoke --lessons 10 --workers hello   # what `make test` runs
 
 Sections:
@@ -22,6 +23,8 @@ Sections:
                  exact, per sample (``tinygpt_activation_bytes(..., autocast="cuda")`` on the slope
                  between two batches, where autocast's weight copies cancel).
 - ``lessons``:   every lesson at gpu scale (papermill), those not yet passed on a GPU first,
+                 or with ``--lesson-scale ci`` at the ci preset on the GPU (``$COURSE_DEVICE``):
+                 every lesson's device code path, step-capped, in a few minutes;
                  with their headline figures, seconds, CUDA peak
                  memory and tools/gpu_budget.py's predicted T4 seconds. Datasets the machine
                  cannot download (CIFAR-10, STL-10) are replaced by the embedded shapes at the same
@@ -249,7 +252,8 @@ def check_lessons(scale: str, out_dir: Path, deadline: float, lessons=LESSONS,
             for p in LESSONS if p not in lessons]
     for prefix in lessons:
         nb = next((ROOT / "notebooks").glob(f"{prefix}_*.ipynb"))
-        row = {"lesson": nb.stem, "scale": scale}
+        row = {"lesson": nb.stem, "scale": scale,
+               "device": os.environ.get("COURSE_DEVICE") or ("cuda" if scale == "gpu" else "cpu")}
         if time.monotonic() > deadline:
             row.update(status="skipped", why=BUDGET_SKIP)
             rows.append(row)
@@ -404,9 +408,14 @@ def plan(args) -> dict:
             "script": "torchrun --standalone --nproc_per_node N -m course_utils.distributed.train: "
                       "uninterrupted, killed and restarted (--max-restarts 1), --strategy fsdp",
             "memory": MEMORY_CASES["smoke" if args.smoke else "gpu"],
-            "lessons": [f"{p} at scale {'ci' if args.smoke else 'gpu'}"
+            "lessons": [f"{p} at scale {lesson_scale(args)}"
                         for p in args.lessons.split(",") if p.strip()],
             "benchmark": "benchmarks/gpu_simclr_cifar10.py run() with dataset='shapes'"}
+
+
+def lesson_scale(args) -> str:
+    """The preset the lessons section runs: ci under --smoke (on the CPU), else --lesson-scale."""
+    return "ci" if args.smoke else args.lesson_scale
 
 
 def main(argv=None) -> int:
@@ -418,6 +427,9 @@ def main(argv=None) -> int:
     p.add_argument("--workers", default="", help="only workers whose module:name contains this")
     p.add_argument("--lessons", default=",".join(LESSONS),
                    help=f"comma-separated lesson prefixes, in the order to run (default {','.join(LESSONS)})")
+    p.add_argument("--lesson-scale", choices=("gpu", "ci"), default="gpu",
+                   help="the lessons' preset: gpu (default), or ci run on the GPU ($COURSE_DEVICE="
+                        "=cuda): every lesson's GPU code path in minutes, step-capped by the ci preset")
     p.add_argument("--budget", type=float, default=540, help="seconds before sections stop starting work")
     p.add_argument("--out", type=Path, default=ROOT / "build" / "gpu_check.json")
     args = p.parse_args(argv)
@@ -480,7 +492,9 @@ def main(argv=None) -> int:
         def lesson_progress(rows) -> None:
             results["lessons"] = rows
             progress()
-        results["lessons"] = check_lessons("ci" if args.smoke else "gpu", out_dir, deadline,
+        if lesson_scale(args) == "ci" and not args.smoke:
+            os.environ["COURSE_DEVICE"] = "cuda"   # the lessons' kernels inherit it
+        results["lessons"] = check_lessons(lesson_scale(args), out_dir, deadline,
                                            lessons, lesson_progress)
         ok &= all(r["status"] != "failed" for r in results["lessons"])
         progress()

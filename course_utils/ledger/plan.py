@@ -345,6 +345,8 @@ def ledger_lines(record) -> list[dict]:
     device)."""
     return [{"line": "compute (TFLOP/step)", "per device": record.flops / 1e12},
             {"line": "repeated: recomputed in backward (TFLOP)", "per device": record.recomputed_flops / 1e12},
+            {"line": "repeated: items encoded twice (re-encoded)",
+             "per device": sum(record.re_encoded.values())},
             {"line": "kept for backward (GB)", "per device": record.activation_bytes / 1e9},
             {"line": "resident: params + grads + optimizer (GB)",
              "per device": (record.param_bytes + record.grad_bytes + record.optimizer_bytes) / 1e9},

@@ -731,7 +731,8 @@ if cfg.alloc_check:
 # What this cannot tell you: the *exponents*. With a few seeds per point, a coarse grid of widths
 # and only a few budgets, the best width is known only to within one grid step, so "N* grows like
 # C^a" cannot be fitted (Kaplan et al. 2020 and Hoffmann et al. 2022 disagree on the exponent a,
-# each fitted on hundreds of runs). The learning rate is one value for every width, not tuned per
+# each fitted on many training runs: Hoffmann et al. report over 400 models, a figure cited,
+# not re-checked). The learning rate is one value for every width, not tuned per
 # size; the task is a random teacher, not language or images; and a Gaussian-input MLP has
 # nothing like attention, embeddings or a data distribution with a long tail.
 
@@ -778,8 +779,9 @@ if cfg.alloc_check:
 from course_utils.exercises import check_close
 from course_utils.variants import exercise_variant
 
-task = exercise_variant("05_compute_budget", STUDENT_ID, d=(16, 32, 64), h=(64, 16, 256, 1024), c=(4, 10, 16),
-                        batch=(256, 32, 64, 128), budget_flops=(1.4e9, 3.5e8, 5.6e9))
+VARIANT_CHOICES = dict(d=(16, 32, 64), h=(64, 16, 256, 1024), c=(4, 10, 16),
+                       batch=(256, 32, 64, 128), budget_flops=(1.4e9, 3.5e8, 5.6e9))
+task = exercise_variant("05_compute_budget", STUDENT_ID, **VARIANT_CHOICES)
 task
 
 # %% [markdown]
@@ -793,6 +795,12 @@ def _measured(batch, d, h, c):
     xx, yy = torch.rand(batch, d), torch.randint(0, c, (batch,))
     return measure(lambda: F.cross_entropy(net(xx), yy).backward(), model=net).flops
 
+
+# Every variant affords at least one step under either count: a step's FLOPs grow with each
+# size, so the largest student at the largest batch on the smallest budget is the hardest case.
+_big = {k: max(VARIANT_CHOICES[k]) for k in ("batch", "d", "h", "c")}
+_big_params = count_parameters(MLP(_big["d"], _big["h"], _big["c"], layers=2))
+assert min(VARIANT_CHOICES["budget_flops"]) >= max(_measured(**_big), 6 * _big_params * _big["batch"])
 # %% [raw]
 # # BEGIN QUESTION
 # name: q1_mlp_training_flops

@@ -32,7 +32,7 @@ def measure_one(config: dict) -> dict:
     import torch
 
     from course_utils.ledger import fake_mode, fake_world
-    from course_utils.ledger.plan import gpt_ledger, ssl_ledger
+    from course_utils.experiments.planning import gpt_ledger, ssl_ledger
     torch.set_num_threads(1)
     start = time.process_time()
     if config["kind"] == "gpt":

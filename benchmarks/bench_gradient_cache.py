@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from course_utils.augment import SimCLRAugment
-from course_utils.ledger import measure, nt_xent_kept_bytes, step_utilisation
+from course_utils.ledger import measure, step_utilisation
+from course_utils.experiments.training_memory import nt_xent_kept_bytes
 from course_utils.models import ProjectionHead, SmallResNet
 from course_utils.objectives import SimCLR, make_step
 from course_utils.runtime import core_seconds

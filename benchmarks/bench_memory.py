@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from course_utils import memory as M  # noqa: E402
-from course_utils.ledger import measure, measure_tinygpt, recompute_tradeoff  # noqa: E402
+from course_utils.ledger import measure  # noqa: E402
+from course_utils.experiments.training_memory import measure_tinygpt, recompute_tradeoff
 from course_utils.models import MLP, SmallResNet  # noqa: E402
 from course_utils.optim import make_optimizer  # noqa: E402
 

@@ -259,10 +259,10 @@ def planner_widget():
     """Lesson 11's planner: model (SimCLR / MoCo v2 / MAE / GPT), batch, size, precision,
     optimizer, MoCo's queue, MAE's mask ratio, devices, parallelism, recomputation, attention,
     device memory, peak and MFU -> the six ledger lines per device, measured live on fake tensors
-    (``ledger.plan.plan_run``), whether it fits and the predicted step time."""
+    (``experiments.planning.plan_run``), whether it fits and the predicted step time."""
     import ipywidgets as w
 
-    from .ledger.plan import PLANNED_MODELS, ledger_lines, plan_run
+    from .experiments.planning import PLANNED_MODELS, ledger_lines, plan_run
     from .memory import PRECISIONS
     from .optim import OPTIMIZERS
     from .report import show_table

@@ -7,7 +7,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils.augment import SimCLRAugment
-from course_utils.ledger import fake_mode, is_fake, measure, measure_tinygpt, predict_step
+from course_utils.ledger import fake_mode, is_fake, measure, predict_step
+from course_utils.experiments.training_memory import measure_tinygpt
 from course_utils.models import SmallResNet, ViT, build_encoder, clone_module
 from course_utils.models.heads import MLP, ProjectionHead
 from course_utils.objectives import MAE, MoCo, SimCLR, Supervised, make_step
@@ -142,7 +143,8 @@ def test_clone_module_is_a_deep_copy():
 
 
 def test_peak_is_measured_once_and_mfu_is_a_fraction_of_it():
-    from course_utils.ledger import peak_flops, recompute_tradeoff, utilisation
+    from course_utils.ledger import peak_flops, utilisation
+    from course_utils.experiments.training_memory import recompute_tradeoff
     peak = peak_flops("cpu")
     assert peak > 1e8 and peak_flops("cpu") == peak          # cached: the same reading
     u = utilisation(10 ** 9, 2.0)

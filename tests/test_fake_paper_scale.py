@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from course_utils import memory as M
-from course_utils.ledger import fake_mode, fake_world, measure_tinygpt
-from course_utils.ledger.plan import gpt_ledger, resnet50_encoder, ssl_ledger, vit_large_16
+from course_utils.ledger import fake_mode, fake_world
+from course_utils.experiments.training_memory import measure_tinygpt
+from course_utils.experiments.planning import gpt_ledger, resnet50_encoder, ssl_ledger, vit_large_16
 
 
 def n_params(module):

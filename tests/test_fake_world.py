@@ -7,7 +7,7 @@ from course_utils.distributed.sharding import STRATEGIES, predicted_comm_bytes
 from course_utils.experiments import sharding as lesson
 from course_utils.experiments.toys import settings
 from course_utils.ledger import fake_mode, fake_world, measure
-from course_utils.ledger.plan import tensor_parallel_ledger
+from course_utils.experiments.planning import tensor_parallel_ledger
 
 # one step: DDP rebuilds its buckets before a second step, in C++ that reads the data
 CFG = dict(width=64, depth=4, batch=4, steps=1)
@@ -89,7 +89,7 @@ def test_fake_world_refuses_a_nested_group():
 
 def test_a_plain_ddp_in_fake_world_is_told_the_fix_and_the_hooked_one_runs():
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from course_utils.distributed.comm_count import allreduce_mean_hook
+    from course_utils.ledger.comm_count import allreduce_mean_hook
     with pytest.raises(RuntimeError, match="register_comm_hook"):
         with fake_world(4), fake_mode():
             plain = DDP(torch.nn.Linear(4, 4), init_sync=False)
@@ -108,7 +108,7 @@ def test_no_process_group_no_comm():
 
 
 def test_plan_run_gives_fit_margin_and_time():
-    from course_utils.ledger.plan import plan_run
+    from course_utils.experiments.planning import plan_run
     from course_utils.plots import planner_widget
     plan = plan_run("GPT 1.3B", per_device_batch=1, devices=8, strategy="fsdp", size=256,
                     device_bytes=80e9, peak_flops=1e14, mfu=0.5)
@@ -130,7 +130,7 @@ GPT = dict(layers=2, hidden=64, heads=4, vocab=97, seq=32, batch=2)
 
 def _gpt_real(rank, world_size, attention):
     from torch.distributed.device_mesh import init_device_mesh
-    from course_utils.ledger.plan import gpt_ledger
+    from course_utils.experiments.planning import gpt_ledger
     record = gpt_ledger(**GPT, strategy="fsdp", mesh=init_device_mesh("cpu", (world_size,)),
                         attention=attention)
     return {k: getattr(record, k) for k in LINES}
@@ -140,7 +140,7 @@ def _gpt_real(rank, world_size, attention):
 def test_the_planners_fsdp_mixed_precision_step_fake_equals_real_gloo(attention):
     """FSDP2's MixedPrecisionPolicy (bf16 gathers, fp32 reduce-scatter) and the parameters it
     gathers and frees: the fake world books what two real gloo ranks measure, line by line."""
-    from course_utils.ledger.plan import gpt_ledger
+    from course_utils.experiments.planning import gpt_ledger
     real = launch(_gpt_real, 2, attention)[0]
     with fake_world(2) as mesh, fake_mode():
         fake = gpt_ledger(**GPT, strategy="fsdp", mesh=mesh, attention=attention)

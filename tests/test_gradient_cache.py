@@ -101,7 +101,7 @@ def test_gradient_caching_on_two_ranks_with_gathered_negatives_equals_one_large_
 def test_nt_xent_kept_bytes_follows_n_squared_plain_and_n_tiled():
     """The plain loss keeps its 2n×2n logits (doubling n: close to 4x); the tiled loss keeps
     O(n·d) (exactly 2x); bad sizes are refused."""
-    from course_utils.ledger import nt_xent_kept_bytes
+    from course_utils.experiments.training_memory import nt_xent_kept_bytes
     plain = nt_xent_kept_bytes(512, 32) / nt_xent_kept_bytes(256, 32)
     tiled = nt_xent_kept_bytes(512, 32, tile=64) / nt_xent_kept_bytes(256, 32, tile=64)
     assert 3.5 < plain <= 4.0 and tiled == 2.0, (plain, tiled)

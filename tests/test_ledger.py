@@ -149,7 +149,7 @@ def test_recomputed_flops_are_the_forward_run_again_in_backward():
     """Full recomputation re-runs every block's forward inside backward: the ledger's repeated
     line is exactly what the backward gains over the same step without it."""
     from course_utils.ledger import fake_mode
-    from course_utils.ledger.plan import gpt_ledger
+    from course_utils.experiments.planning import gpt_ledger
     recs = {}
     for mode in ("none", "full"):
         with fake_mode():
@@ -178,3 +178,17 @@ def test_re_encoded_counts_gradient_cachings_second_pass_not_a_cache():
                       encoders={"views": model.encoder})
         assert rec.encoded["views"] == 2 * n + repeated
         assert rec.re_encoded.get("views", 0) == repeated
+
+
+def test_the_ledger_stands_on_torch_and_the_ground_modules_only():
+    """Importing the ledger loads none of what it measures (models, objectives, distributed
+    mechanisms, experiments): the world where this fails is an arrow back up, which once made
+    ``import course_utils.ledger`` load the objectives (issue 25)."""
+    import subprocess
+    import sys
+    code = ("import sys, course_utils.ledger; print(' '.join(sorted(m for m in sys.modules "
+            "if m.startswith('course_utils.'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.split()
+    above = [m for m in loaded if m.split(".")[1] not in ("ledger", "checks", "optim", "report")]
+    assert not above, f"course_utils.ledger loads {above}"

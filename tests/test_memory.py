@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from course_utils import memory as M
-from course_utils.ledger import measure_tinygpt, recompute_tradeoff
+from course_utils.experiments.training_memory import measure_tinygpt, recompute_tradeoff
 from course_utils.models import MLP, SmallResNet
 from course_utils.optim import OPTIMIZERS
 from course_utils.plots import plot_memory_breakdown, what_fits_widget

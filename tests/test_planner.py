@@ -1,8 +1,8 @@
-"""The planner's compute (``ledger.plan.plan_run`` and ``ledger_lines``), live on fake tensors:
+"""The planner's compute (``experiments.planning.plan_run`` and ``ledger_lines``), live on fake tensors:
 each choice the widget offers changes the ledger line it should and no other."""
 import pytest
 
-from course_utils.ledger.plan import PLANNED_MODELS, ledger_lines, plan_run
+from course_utils.experiments.planning import PLANNED_MODELS, ledger_lines, plan_run
 
 SMALL = dict(per_device_batch=2, size=64, devices=2)
 
@@ -82,7 +82,7 @@ def test_the_planner_keeps_what_cuda_autocast_keeps_for_eager_attention():
     (12h² elements). A layer's cost is the difference between a 2- and a 1-layer model."""
     from course_utils import memory as M
     from course_utils.ledger.fake import fake_mode
-    from course_utils.ledger.plan import gpt_ledger
+    from course_utils.experiments.planning import gpt_ledger
     cfg = dict(hidden=64, heads=4, vocab=97, seq=32, batch=2)
     kept = {}
     for layers in (1, 2):
@@ -98,7 +98,7 @@ def test_sdpa_keeps_no_attention_scores():
     probabilities: kept for backward is affine in the sequence (doubling s doubles the growth;
     the constant is autocast's weight copies), eager's grows faster."""
     from course_utils.ledger.fake import fake_mode
-    from course_utils.ledger.plan import gpt_ledger
+    from course_utils.experiments.planning import gpt_ledger
     kept = {}
     for attention in ("sdpa", "eager"):
         for seq in (64, 128, 256):

@@ -125,7 +125,8 @@ def forward_flops(encoder) -> float:
 @functools.lru_cache(maxsize=None)
 def gpt_step_flops(layers, hidden, heads, vocab, seq, batch) -> float:
     """One TinyGPT training step, counted by the ledger in fake mode (no arithmetic)."""
-    from course_utils.ledger import fake_mode, measure_tinygpt
+    from course_utils.ledger import fake_mode
+    from course_utils.experiments.training_memory import measure_tinygpt
     with fake_mode():
         record, _ = measure_tinygpt(layers, hidden, heads, vocab, seq, batch, steps=1)
     return record.flops

@@ -191,7 +191,7 @@ def check_script(backend: str, nproc: int, steps: int) -> dict:
 def check_memory(device: str, cases) -> list[dict]:
     import torch
 
-    from course_utils.ledger.training_memory import measure_tinygpt
+    from course_utils.experiments.training_memory import measure_tinygpt
     from course_utils.memory import tinygpt_activation_bytes, transformer_memory
     rows = []
     for layers, hidden, heads, vocab, seq, batch in cases:

@@ -3,7 +3,6 @@
 - ``launcher``        ``launch(fn, world_size, *args, backend=None, timeout=120)``
 - ``collectives``     differentiable collectives: all-gather / all-reduce with gradients, Megatron f, g
 - ``data_parallel``   gradient averaging, cross-rank BatchNorm, SimCLR negatives from all ranks
-- ``comm_count``      bytes handed to collectives: a DDP comm hook and a collective counter
 - ``sharding``        ZeRO predictions; DDP, ZeRO-1 (ZeroRedundancyOptimizer), FSDP2 ``fully_shard``
 - ``pipeline``        schedule simulator (GPipe, 1F1B, interleaved, zero-bubble) and stage slicing
 - ``pipeline_orders`` hand-written orders run as written: 1F1B, ZB-H1, ZB-H2, DualPipe (DeepSeek-V3)
@@ -16,7 +15,8 @@
 - ``train``           the complete training script: ``torchrun --nproc_per_node N -m
                       course_utils.distributed.train`` (DDP or FSDP2, resumes, ``params sha256:``)
 
-The workers the lessons launch are in ``course_utils.experiments`` (one module per lesson).
+The workers the lessons launch are in ``course_utils.experiments`` (one module per lesson);
+counting the bytes handed to collectives is the ledger's (``course_utils.ledger.comm_count``).
 """
 from course_utils.distributed.launcher import WorkerError, default_backend, launch, worker_device
 

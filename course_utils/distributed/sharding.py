@@ -27,7 +27,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from course_utils import checks
-from course_utils.distributed.comm_count import allreduce_mean_hook
+from course_utils.ledger.comm_count import allreduce_mean_hook
 from course_utils.distributed.data_parallel import wrap_ddp
 from course_utils.distributed.devices import worker_device
 from course_utils.optim import OPTIMIZERS, make_optimizer

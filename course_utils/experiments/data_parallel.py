@@ -22,7 +22,7 @@ import torch.distributed.nn.functional as dist_nn
 import torch.nn.functional as F
 
 from course_utils.distributed.collectives import all_gather_no_grad, all_gather_with_grad
-from course_utils.distributed.comm_count import allreduce_mean_hook
+from course_utils.ledger.comm_count import allreduce_mean_hook
 from course_utils.distributed.data_parallel import (average_gradients,
                                                     nt_xent_local_with_global_negatives,
                                                     synced_batch_norm, wrap_ddp)
@@ -30,6 +30,7 @@ from course_utils.distributed.devices import worker_device
 from course_utils.experiments.toys import (flat_grads, flat_params, global_batch, make_mlp, noisy_views,
                                            settings, shard)
 from course_utils.ledger import measure
+from course_utils.objectives.moco import FeatureQueue
 from course_utils.objectives.simclr import nt_xent_loss
 from course_utils.optim import make_optimizer
 
@@ -309,7 +310,6 @@ def moco_queue_from_all_ranks(rank: int, world_size: int, cfg: dict | None = Non
 
     Keys carry global ids (rank·1000 + row) so the test can see whose keys are in whose queue.
     """
-    from course_utils.objectives.moco import FeatureQueue
     c = settings(cfg, DEFAULTS)
     device = worker_device()
     gen = torch.Generator().manual_seed(c.seed)

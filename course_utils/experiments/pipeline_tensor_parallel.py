@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from course_utils import checks
-from course_utils.distributed.comm_count import CollectiveCounter
+from course_utils.ledger.comm_count import CollectiveCounter
 from course_utils.distributed.context_parallel import (Ring, ring_attention, ring_bytes_per_step,
                                                        score_blocks, split_sequence)
 from course_utils.distributed.devices import worker_device
@@ -31,6 +31,7 @@ from course_utils.distributed.pipeline_compat import no_handshake_with_self
 from course_utils.distributed.pipeline_trace import StageTrace
 from course_utils.distributed.tensor_parallel import ColumnRowMLP
 from course_utils.experiments.toys import make_stack, make_transformer_mlp, random_pair, settings
+from course_utils.ledger import measure
 
 ZERO_BUBBLE_SCHEDULES = ("zb_h1", "zbv")
 PIPELINE_DEFAULTS = dict(width=32, depth=4, batch=16, microbatches=4, seed=0)
@@ -201,7 +202,6 @@ def context_parallel(rank: int, world_size: int, cfg: dict | None = None) -> dic
     """Ring attention on this rank's part of a fp64 sequence vs unsplit attention, per arm
     (full, causal, causal zig-zag): max |difference| of output and dQ/dK/dV, kept-for-backward
     bytes of the split and of the same Function on one unsplit process, bytes sent, score blocks."""
-    from course_utils.ledger import measure
     c = settings(cfg, CONTEXT_DEFAULTS)
     device, ring = worker_device(), Ring.of()
     generator = torch.Generator().manual_seed(c.seed)

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from course_utils.distributed.comm_count import state_bytes
+from course_utils.ledger.comm_count import state_bytes
 from course_utils.distributed.data_parallel import grad_storages
 from course_utils.distributed.devices import worker_device
 from course_utils.distributed.sharding import (STRATEGIES, full_params, local_param_bytes,

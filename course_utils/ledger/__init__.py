@@ -8,10 +8,12 @@
     cuda.py             cuda_peak_bytes, record_memory_snapshot: the CUDA allocator's view
     speed.py            peak_flops (measured once, cached), utilisation / step_utilisation: achieved FLOP/s and MFU
     predicted.py        predict_step: the same lines from shapes and per-layer rules
-    training_memory.py  measure_tinygpt, recompute_tradeoff: lesson 06's measured side of
-                        course_utils.memory's predictor
+    comm_count.py       CollectiveCounter, allreduce_mean_hook, ring_factor: the bytes a rank
+                        hands to collectives (the "communicated" line)
 
-Import from the package, e.g. ``from course_utils.ledger import measure, predict_step``.
+Import from the package, e.g. ``from course_utils.ledger import measure, predict_step``. The
+ledger stands on torch and the kit's ground modules (checks, optim, report) only: what uses it
+(lesson 06's TinyGPT measurements, the paper-scale planner) is in ``course_utils.experiments``.
 """
 from .cuda import cuda_peak_bytes, record_memory_snapshot
 from .fake import fake_mode, fake_world, is_fake
@@ -19,9 +21,8 @@ from .measured import measure, optimizer_state_tensors, resident_bytes
 from .predicted import predict_step
 from .speed import peak_flops, step_utilisation, utilisation
 from .record import LEDGER_LINES, Comparison, LedgerRecord
-from .training_memory import measure_tinygpt, nt_xent_kept_bytes, recompute_tradeoff
 
 __all__ = ["LEDGER_LINES", "Comparison", "LedgerRecord", "cuda_peak_bytes", "fake_mode",
            "fake_world", "is_fake", "measure",
-           "measure_tinygpt", "nt_xent_kept_bytes", "optimizer_state_tensors", "peak_flops", "predict_step", "recompute_tradeoff",
+           "optimizer_state_tensors", "peak_flops", "predict_step",
            "record_memory_snapshot", "resident_bytes", "step_utilisation", "utilisation"]

@@ -101,7 +101,7 @@ def fake_world(world_size: int):
     as they would on ``world_size`` GPUs. DDP needs one more step: the fake backend cannot run the
     reducer's own C++ all-reduce (a plain ``DistributedDataParallel(m, init_sync=False)`` dies in a
     torch internal assert at the first backward), so register a Python comm hook on it, as
-    ``course_utils.ledger.plan._ddp`` does with ``allreduce_mean_hook`` (which the ledger counts).
+    ``course_utils.experiments.planning._ddp`` does with ``allreduce_mean_hook`` (which the ledger counts).
     """
     checks.positive_int(world_size, "world_size")
     if dist.is_initialized():
@@ -118,7 +118,7 @@ def fake_world(world_size: int):
                 "a plain DistributedDataParallel cannot run its backward in fake_world (the fake "
                 "backend's all-reduce returns nothing to DDP's C++ reducer); register a Python "
                 "comm hook after wrapping, e.g. ddp.register_comm_hook(None, allreduce_mean_hook) "
-                "from course_utils.distributed.comm_count, which the ledger also counts") from err
+                "from course_utils.ledger.comm_count, which the ledger also counts") from err
         raise
     finally:
         dist.destroy_process_group()

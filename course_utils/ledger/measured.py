@@ -14,7 +14,7 @@
   (tensors registered as caches, such as MoCo's queue);
 - ``comm_bytes``: with a process group (real, or ``fake_world``), the bytes this rank sends,
   ``Σ ring_factor(kind, n) · payload`` over the collectives the step calls
-  (``course_utils.distributed.comm_count.CollectiveCounter``; DDP needs its comm hook), and
+  (``course_utils.ledger.comm_count.CollectiveCounter``; DDP needs its comm hook), and
   ``comm``, the same per collective kind; ``wire_bytes``, what this process really wrote to its
   sockets meanwhile (gloo on Linux, else None);
 - ``encoded``: how many items went through each named encoder (images, or patch tokens);
@@ -46,7 +46,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
-from ..distributed.comm_count import CollectiveCounter, ring_factor
+from .comm_count import CollectiveCounter, ring_factor
 from .cuda import cuda_peak_bytes
 from .fake import explain_unknowable, is_fake
 from .record import LedgerRecord

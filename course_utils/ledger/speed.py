@@ -15,6 +15,7 @@ import time
 import torch
 
 from .. import checks
+from .measured import measure
 
 
 def _synchronize(device: torch.device) -> None:
@@ -58,6 +59,5 @@ def step_utilisation(step, seconds: float, device="cpu") -> dict:
     """Run ``step()`` once more under the ledger (for its FLOPs) and turn them and ``seconds``,
     the measured time of one such step, into {"flops", "flops_per_second", "peak_flops", "mfu"}.
     Call it after timing: the extra step must not be one of the timed ones."""
-    from .measured import measure
     flops = measure(step).flops
     return {"flops": flops, **utilisation(flops, seconds, device)}

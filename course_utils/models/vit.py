@@ -54,7 +54,7 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
         # None: softmax in the scores' dtype (bf16 under CPU autocast); torch.float32: in fp32,
-        # as CUDA autocast runs it (the planner sets this: ledger.plan.softmax_as_on_cuda)
+        # as CUDA autocast runs it (the planner sets this: experiments.planning.softmax_as_on_cuda)
         self.softmax_dtype = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

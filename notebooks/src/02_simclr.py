@@ -37,7 +37,8 @@ from course_utils.compare import NOT_RESOLVED, compare_paired
 from course_utils.data import load_dataset
 from course_utils.evaluate import (alignment_uniformity, extract_features, knn_accuracy, linear_probe,
                                    view_embeddings)
-from course_utils.ledger import measure, nt_xent_kept_bytes
+from course_utils.ledger import measure
+from course_utils.experiments.training_memory import nt_xent_kept_bytes
 from course_utils.models import ProjectionHead, SmallResNet
 from course_utils.objectives import SimCLR, Supervised, make_step
 from course_utils.objectives.simclr import nt_xent_loss, nt_xent_loss_naive

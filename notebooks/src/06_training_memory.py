@@ -27,7 +27,8 @@ import torch
 
 from course_utils import memory as M
 from course_utils.exercises import check_close, check_equal
-from course_utils.ledger import cuda_peak_bytes, measure_tinygpt, record_memory_snapshot, recompute_tradeoff
+from course_utils.ledger import cuda_peak_bytes, record_memory_snapshot
+from course_utils.experiments.training_memory import measure_tinygpt, recompute_tradeoff
 from course_utils.optim import OPTIMIZERS
 from course_utils.plots import plot_memory_breakdown, what_fits_widget
 from course_utils.ledger import measure

@@ -348,7 +348,7 @@ assert not torch.equal(moco[0]["own_keys"], moco[1]["own_keys"])
 # the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
-from course_utils.distributed.comm_count import allreduce_mean_hook
+from course_utils.ledger.comm_count import allreduce_mean_hook
 from course_utils.distributed.data_parallel import nt_xent_local_with_global_negatives
 from course_utils.ledger import fake_world, measure
 from course_utils.variants import exercise_variant

@@ -33,9 +33,10 @@ import torch
 from tqdm.auto import tqdm
 
 from course_utils.exercises import check_close, check_equal
-from course_utils.ledger import fake_mode, fake_world, measure, recompute_tradeoff, utilisation
-from course_utils.ledger.plan import assumptions as plan_assumptions, fsdp_gathered_bytes
-from course_utils.ledger.plan import (gathered_negatives_ledger, gpt_ledger, ledger_lines, plan_run,
+from course_utils.ledger import fake_mode, fake_world, measure, utilisation
+from course_utils.experiments.training_memory import recompute_tradeoff
+from course_utils.experiments.planning import assumptions as plan_assumptions, fsdp_gathered_bytes
+from course_utils.experiments.planning import (gathered_negatives_ledger, gpt_ledger, ledger_lines, plan_run,
                                       resnet50_encoder, ssl_ledger, vit_large_16)
 from course_utils.models import SmallResNet
 from course_utils.plots import planner_widget

@@ -14,9 +14,22 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torchvision.models import resnet50
+
 from .. import checks
+from ..augment import SimCLRAugment
+from ..distributed.data_parallel import nt_xent_local_with_global_negatives
+from ..distributed.sharding import MixedPrecisionPolicy, fully_shard
+from ..ledger import fake_mode, fake_world, measure
+from ..ledger.comm_count import allreduce_mean_hook
 from ..memory import PRECISIONS
-from .measured import measure
+from ..models import ViT
+from ..models.heads import ProjectionHead
+from ..objectives import MAE, MoCo, SimCLR, make_step
+from ..optim import make_optimizer
+from ..transformer import TinyGPT, tinygpt_param_count
 
 # precision -> the autocast dtype of the forward. Autocast keeps fp32 parameters, gradients and
 # optimizer state (4 + 4 bytes per parameter + the optimizer's copies) and casts weights per op,
@@ -51,9 +64,6 @@ def _autocast(precision: str):
 def _ddp(model: nn.Module) -> nn.Module:
     """``model`` in DDP on the current (fake) process group, gradients all-reduced through
     ``allreduce_mean_hook`` so the ledger counts them (the reducer's own all-reduce runs in C++)."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from ..distributed.comm_count import allreduce_mean_hook
     with warnings.catch_warnings():   # broadcast_buffers' successor still syncs at init
         warnings.simplefilter("ignore", FutureWarning)
         wrapped = DDP(model, init_sync=False, broadcast_buffers=False, gradient_as_bucket_view=True)
@@ -69,8 +79,6 @@ def tensor_parallel_ledger(mesh, *, hidden: int, batch: int, seq: int, layers: i
     Communication per step: a forward all-reduce of b·s·h after every row-parallel Linear and a
     backward one before every column-parallel Linear whose input needs a gradient.
     """
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   parallelize_module)
     for name, value in dict(hidden=hidden, batch=batch, seq=seq, layers=layers).items():
         checks.positive_int(value, name)
     torch.manual_seed(0)
@@ -101,7 +109,6 @@ def resnet50_encoder(stride_in: str = "3x3") -> nn.Module:
     ``stride_in``: where a stage's first block halves the resolution: "3x3" (torchvision's,
     sometimes called v1.5) or "1x1", its first 1x1 convolution, as He et al. (2016) built it;
     the same parameters, fewer FLOPs (the 3x3 convolution then runs at the lower resolution)."""
-    from torchvision.models import resnet50
     checks.choice(stride_in, "stride_in", ("3x3", "1x1"))
     model = resnet50(weights=None)
     if stride_in == "1x1":
@@ -115,7 +122,6 @@ def resnet50_encoder(stride_in: str = "3x3") -> nn.Module:
 def vit_large_16(image_size: int = 224) -> nn.Module:
     """ViT-L/16 (24 blocks, width 1024, 16 heads, MLP 4096) built with the kit's ``ViT``
     (no class token; fixed sin-cos positions): the MAE paper's encoder."""
-    from ..models import ViT
     return ViT(image_size=image_size, patch_size=16, dim=1024, depth=24, heads=16, mlp_ratio=4)
 
 
@@ -135,10 +141,6 @@ def ssl_ledger(objective: str, batch: int, *, image_size: int = 224, queue_size:
     gradients all-reduced through ``allreduce_mean_hook`` so the ledger counts them; ``batch``
     per rank; on fake tensors DDP measures its first step (later ones rebuild buckets from data).
     """
-    from ..augment import SimCLRAugment
-    from ..models.heads import ProjectionHead
-    from ..objectives import MAE, MoCo, SimCLR, make_step
-    from ..optim import make_optimizer
     checks.choice(objective, "objective", SSL_OBJECTIVES)
     checks.positive_int(batch, "batch")
     checks.choice(precision, "precision", PRECISIONS)
@@ -202,9 +204,6 @@ def gpt_ledger(*, layers: int, hidden: int, heads: int, vocab: int, seq: int, ba
       the same 16 bytes per parameter, sharded; activations 16-bit (eager attention's softmax in
       fp32, as LLaMA's reference code writes it); no weight copies kept.
     """
-    from ..distributed.sharding import MixedPrecisionPolicy, fully_shard
-    from ..optim import make_optimizer
-    from ..transformer import TinyGPT
     checks.choice(strategy, "strategy", ("single", "ddp", "fsdp"))
     checks.choice(precision, "precision", PRECISIONS)
     if strategy != "single" and mesh is None:
@@ -240,7 +239,6 @@ def gathered_negatives_ledger(per_rank_batch: int, dim: int = 128):
     """Ledger of SimCLR's loss with negatives gathered from every rank
     (``nt_xent_local_with_global_negatives``), inside ``fake_world``: its communication is the
     all-gather of both views' B×d embeddings (and its backward)."""
-    from ..distributed.data_parallel import nt_xent_local_with_global_negatives
     checks.positive_int(per_rank_batch, "per_rank_batch")
     z1 = torch.randn(per_rank_batch, dim, requires_grad=True)
     z2 = torch.randn(per_rank_batch, dim, requires_grad=True)
@@ -274,7 +272,6 @@ def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str =
     and ``optimizer`` (``optim.OPTIMIZERS``; default each model's usual) change the step
     measured. ``strategy`` 'ddp' or 'fsdp', ``recompute`` and ``attention`` ('sdpa' or 'eager',
     see ``gpt_ledger``) apply to GPT only; ``queue_size`` to MoCo, ``mask_ratio`` to MAE."""
-    from .fake import fake_mode, fake_world
     checks.choice(model, "model", PLANNED_MODELS)
     checks.positive_int(devices, "devices")
     gpt = model in GPT_SIZES
@@ -311,7 +308,6 @@ def fsdp_gathered_bytes(*, hidden: int, vocab: int, seq: int, precision: str) ->
     ``gpt_ledger`` shards it: the root (embeddings, final norm; kept from forward to backward)
     and two blocks (the one computing and the one prefetched), 2 bytes each under a 16-bit
     policy, 4 in fp32. Counted from ``tinygpt_param_count``, not measured."""
-    from ..transformer import tinygpt_param_count
     checks.choice(precision, "precision", PRECISIONS)
     root = tinygpt_param_count(0, hidden, vocab, seq)
     block = tinygpt_param_count(1, hidden, vocab, seq) - root

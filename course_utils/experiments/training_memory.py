@@ -13,12 +13,11 @@ import time
 import torch
 
 from .. import checks
-from .fake import to_device
+from ..ledger import measure, utilisation
+from ..ledger.fake import to_device
 from ..objectives.simclr import nt_xent_loss, nt_xent_loss_tiled
 from ..optim import make_optimizer
 from ..transformer import RECOMPUTE_MODES, TinyGPT, random_tokens
-from .measured import measure
-from .speed import utilisation
 
 
 def measure_tinygpt(layers: int, hidden: int, heads: int, vocab: int, seq: int, batch: int, *,

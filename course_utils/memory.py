@@ -46,7 +46,7 @@ from torch import nn
 from . import checks
 from .ledger import predict_step
 from .optim import OPTIMIZERS, state_copies
-from .transformer import RECOMPUTE_MODES, tinygpt_param_count
+from .transformer import GPT_SHAPES, RECOMPUTE_MODES, tinygpt_param_count
 
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
 # fp16 mixed precision (autocast fp16 + a GradScaler, for GPUs without bf16) stores the same bytes
@@ -272,14 +272,9 @@ def model_memory(model: nn.Module, input_shape=None, *, optimizer: str = "adamw"
 
 
 # --------------------------------------------------------------------------- what fits
-PRESETS = {  # GPT-2 family shapes (vocab 50257, context 1024) and two larger ones
-    "GPT-2 small (124M)": dict(layers=12, hidden=768, heads=12),
-    "GPT-2 medium (350M)": dict(layers=24, hidden=1024, heads=16),
-    "GPT-2 large (774M)": dict(layers=36, hidden=1280, heads=20),
-    "GPT-2 XL (1.5B)": dict(layers=48, hidden=1600, heads=25),
-    "2.7B": dict(layers=32, hidden=2560, heads=32),
-    "6.7B": dict(layers=32, hidden=4096, heads=32),
-}
+PRESETS = {name: GPT_SHAPES[name] for name in (  # GPT-2 family (vocab 50257, context 1024), two larger
+    "GPT-2 small (124M)", "GPT-2 medium (350M)", "GPT-2 large (774M)", "GPT-2 XL (1.5B)",
+    "GPT 2.7B", "GPT 7B")}
 
 
 def what_fits(model: str = "GPT-2 small (124M)", batch: int = 8, seq: int = 1024, *,

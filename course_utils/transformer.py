@@ -46,6 +46,19 @@ from . import checks
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 ATTENTION_KINDS = ("eager", "sdpa")
+# The GPT-like shapes the kit sizes, in one table: lesson 06's what-fits widget
+# (course_utils.memory.PRESETS) and lesson 11's planner (experiments.planning.GPT_SIZES) each
+# choose names from it. "GPT 7B" is the 6.7B of GPT-3's table (Brown et al. 2020).
+GPT_SHAPES = {
+    "GPT-2 small (124M)": dict(layers=12, hidden=768, heads=12),
+    "GPT-2 medium (350M)": dict(layers=24, hidden=1024, heads=16),
+    "GPT-2 large (774M)": dict(layers=36, hidden=1280, heads=20),
+    "GPT-2 XL (1.5B)": dict(layers=48, hidden=1600, heads=25),
+    "GPT 1.3B": dict(layers=24, hidden=2048, heads=16),
+    "GPT 2.7B": dict(layers=32, hidden=2560, heads=32),
+    "GPT 7B": dict(layers=32, hidden=4096, heads=32),
+    "GPT 13B": dict(layers=40, hidden=5120, heads=40),
+}
 
 
 def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -116,7 +116,7 @@ def test_kit_models_predicted():
 def test_what_fits():
     small = M.what_fits("GPT-2 small (124M)", batch=1, seq=1024, precision="fp16-mixed")
     assert small["fits"] and small["total"] == sum(small["breakdown"].values())
-    big = M.what_fits("6.7B", batch=1, seq=1024, precision="fp16-mixed")
+    big = M.what_fits("GPT 7B", batch=1, seq=1024, precision="fp16-mixed")
     assert not big["fits"] and big["breakdown"]["optimizer"] > small["capacity"] / 2
     more = M.what_fits("GPT-2 small (124M)", batch=16, seq=1024, precision="fp16-mixed")
     # every 16-bit activation term is proportional to the batch; resident state is not

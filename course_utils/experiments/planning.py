@@ -29,7 +29,7 @@ from ..models import ViT
 from ..models.heads import ProjectionHead
 from ..objectives import MAE, MoCo, SimCLR, make_step
 from ..optim import make_optimizer
-from ..transformer import TinyGPT, tinygpt_param_count
+from ..transformer import GPT_SHAPES, TinyGPT, tinygpt_param_count
 
 # precision -> the autocast dtype of the forward. Autocast keeps fp32 parameters, gradients and
 # optimizer state (4 + 4 bytes per parameter + the optimizer's copies) and casts weights per op,
@@ -248,9 +248,7 @@ def gathered_negatives_ledger(per_rank_batch: int, dim: int = 128):
 # ---------------------------------------------------------------------------------------------
 # One call for the planner widget: a named run, its per-device ledger, fit and time
 # ---------------------------------------------------------------------------------------------
-GPT_SIZES = {"GPT 1.3B": dict(layers=24, hidden=2048, heads=16),
-             "GPT 7B": dict(layers=32, hidden=4096, heads=32),
-             "GPT 13B": dict(layers=40, hidden=5120, heads=40)}
+GPT_SIZES = {name: GPT_SHAPES[name] for name in ("GPT 1.3B", "GPT 7B", "GPT 13B")}
 SSL_MODELS = {"SimCLR ResNet-50": "simclr", "MoCo v2 ResNet-50": "moco", "MAE ViT-L/16": "mae"}
 PLANNED_MODELS = (*SSL_MODELS, *GPT_SIZES)
 

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from course_utils import batch_size as bs
+from course_utils import noise_scale
 from course_utils.compare import NOT_RESOLVED, compare_paired
 from course_utils.data import load_dataset
 from course_utils.exercises import check_close, check_equal
@@ -113,7 +113,7 @@ def trainer(batch, lr, warmup, seed=cfg.seed):
     """A model, and its step function at this batch size and peak LR with linear warm-up."""
     model = new_model(seed)
     optimizer = make_optimizer("sgd-momentum", model.parameters(), lr=lr)
-    step = make_step(model, optimizer, scheduler=bs.warmup_schedule(optimizer, warmup))
+    step = make_step(model, optimizer, scheduler=noise_scale.warmup_schedule(optimizer, warmup))
     return model, step
 
 # %% [markdown]
@@ -150,9 +150,9 @@ def trainer(batch, lr, warmup, seed=cfg.seed):
 # tr Σ ≈ (|G_small|² − |G_big|²)/(1/B_small − 1/B_big). Each of the two is unbiased; their ratio
 # B_simple is not, and scatters widely where |G|² is small against tr Σ/B_big. Data parallel gives both for free: each
 # rank's gradient is a small batch and the all-reduced one the big batch.
-# `bs.estimate_noise_scale` does exactly that with micro-batches of B_small inside batches of
+# `noise_scale.estimate_noise_scale` does exactly that with micro-batches of B_small inside batches of
 # B_big. The digits are small enough to check it against the exact answer from all N
-# per-example gradients (`bs.exact_noise_scale`, torch.func's `vmap(grad)`).
+# per-example gradients (`noise_scale.exact_noise_scale`, torch.func's `vmap(grad)`).
 
 # %% [markdown]
 # ## 3 · Worked example: the noise scale during training
@@ -169,8 +169,8 @@ estimator_rng = torch.Generator().manual_seed(cfg.seed)
 
 
 def measure_probe(at_step):
-    return dict(loss=full_loss(probe), exact=bs.exact_noise_scale(probe, images, labels),
-                estimate=bs.estimate_noise_scale(probe, images, labels, b_small=cfg.b_small,
+    return dict(loss=full_loss(probe), exact=noise_scale.exact_noise_scale(probe, images, labels),
+                estimate=noise_scale.estimate_noise_scale(probe, images, labels, b_small=cfg.b_small,
                                                  b_big=cfg.b_big, draws=cfg.draws, generator=estimator_rng))
 
 
@@ -179,7 +179,7 @@ def window_b_simple(window, key):
     return np.mean([m[key].trace_cov for m in window]) / np.mean([m[key].grad_sq for m in window])
 
 
-windows = bs.probe_during_training(probe_step, train.batches(cfg.probe_batch, seed=1), steps=cfg.probe_steps,
+windows = noise_scale.probe_during_training(probe_step, train.batches(cfg.probe_batch, seed=1), steps=cfg.probe_steps,
                                    probe_at=cfg.probe_at, average_over=cfg.average_over, measure=measure_probe,
                                    desc=f"B={cfg.probe_batch} with noise-scale probes")
 trajectory = [dict(step=at, loss=window[0]["loss"], b_simple_exact=window_b_simple(window, "exact"),
@@ -329,7 +329,7 @@ def draw_groups():
 
 
 def measure_simclr(at_step):
-    return bs.two_batch_noise_scale(simclr, draw_groups, b_small=group, b_big=group * cfg.simclr_big_groups,
+    return noise_scale.two_batch_noise_scale(simclr, draw_groups, b_small=group, b_big=group * cfg.simclr_big_groups,
                                     draws=cfg.simclr_draws)
 
 
@@ -337,7 +337,7 @@ print(f"SimCLR: SmallResNet width {cfg.simclr_width}, Adam LR {cfg.simclr_lr}; {
       f"images ({2 * group - 1} candidates per anchor), {cfg.simclr_steps} steps; probes: small batch 1 group, "
       f"big batch {cfg.simclr_big_groups} groups ({group * cfg.simclr_big_groups} images), {cfg.simclr_draws} "
       f"draws, averaged over {cfg.simclr_average_over} updates")
-simclr_windows = bs.probe_during_training(simclr_step, simclr_train.batches(train_batch, seed=1),
+simclr_windows = noise_scale.probe_during_training(simclr_step, simclr_train.batches(train_batch, seed=1),
                                           steps=cfg.simclr_steps, probe_at=cfg.simclr_probe_at,
                                           average_over=cfg.simclr_average_over, measure=measure_simclr,
                                           desc="SimCLR with noise-scale probes")
@@ -425,7 +425,7 @@ for seed in cfg.sweep_seeds:
         for lr in cfg.lrs:
             limit = best["steps"] or cfg.max_steps
             model, step = trainer(batch, lr, cfg.warmup, seed=cfg.seed + seed)
-            s = bs.steps_to_target(step, batches, lambda: full_loss(model), target=cfg.target, max_steps=limit)
+            s = noise_scale.steps_to_target(step, batches, lambda: full_loss(model), target=cfg.target, max_steps=limit)
             if s is not None and (best["steps"] is None or s < best["steps"]):
                 best.update(steps=s, lr=lr)
         per_seed[seed].append(best)
@@ -443,7 +443,7 @@ reached = [r for r in sweep if r["steps"] is not None]
 B = np.array([r["batch"] for r in reached], float)
 S = np.array([r["steps"] for r in reached], float)
 E = B * S
-s_min, e_min = bs.fit_steps_examples(B, S)
+s_min, e_min = noise_scale.fit_steps_examples(B, S)
 b_crit = e_min / s_min
 # the noise scale where the probe run crossed the target loss (log-interpolated between probes)
 losses = np.array([t["loss"] for t in trajectory])
@@ -820,7 +820,7 @@ print(f"N = {len(train)}; largest batch {int(B[-1])} = {B[-1] / len(train):.0%} 
 #
 # Your exercises' configuration, drawn from `STUDENT_ID`: a fresh model of the lesson's kind (its
 # hidden width and initial seed), a batch near that model's noise scale at initialization, a large share of the training set, and a per-device batch. The checks
-# build your model and measure its gradients live (`bs.exact_noise_scale` for |G|² and tr Σ, and
+# build your model and measure its gradients live (`noise_scale.exact_noise_scale` for |G|² and tr Σ, and
 # the mean over random batches of the quantity you predict).
 #
 # When graded, a function you write runs on its own: with Python (`math` included), `torch` and
@@ -856,7 +856,7 @@ def batch_gradient(model, rows):
 # %% [markdown]
 # **Exercise 1 — predict, then measure.** A batch gradient is the true gradient plus noise whose
 # covariance shrinks as 1/B. From a measured |G|² (`grad_sq`) and tr Σ (`trace_cov`), the fields
-# of a `bs.NoiseScale`, predict the expected squared norm of the gradient of a batch of `batch`
+# of a `noise_scale.NoiseScale`, predict the expected squared norm of the gradient of a batch of `batch`
 # examples drawn at random *with* replacement: `expected_batch_grad_sq(grad_sq, trace_cov, batch)`.
 # The check measures your model's noise scale, passes its two fields, then measures the mean of
 # |G_B|² over 300 random batches of `task.batch`, and compares within 10% (the sampling error of
@@ -880,7 +880,7 @@ def expected_batch_grad_sq(grad_sq, trace_cov, batch):
 
 # %%
 _model = task_model()
-_noise = bs.exact_noise_scale(_model, images, labels)
+_noise = noise_scale.exact_noise_scale(_model, images, labels)
 _gen = torch.Generator().manual_seed(0)
 _norms = [batch_gradient(_model, torch.randint(len(images), (task.batch,), generator=_gen).to(images.device))
           .square().sum().item() for _ in range(300)]
@@ -932,7 +932,7 @@ def noise_without_replacement(trace_cov, batch, n):
 
 # %%
 _model = task_model()
-_noise = bs.exact_noise_scale(_model, images, labels)
+_noise = noise_scale.exact_noise_scale(_model, images, labels)
 _full = batch_gradient(_model, torch.arange(len(images), device=images.device))
 _gen = torch.Generator().manual_seed(0)
 _noise_sq = [(batch_gradient(_model, torch.randperm(len(images), generator=_gen)[:task.big_batch].to(images.device))
@@ -943,7 +943,7 @@ check_close(noise_without_replacement(_noise.trace_cov, task.big_batch, len(imag
 # %%
 # HIDDEN
 _model = task_model()
-_noise = bs.exact_noise_scale(_model, images, labels)
+_noise = noise_scale.exact_noise_scale(_model, images, labels)
 check_close(noise_without_replacement(_noise.trace_cov, len(images), len(images)), 0.0, atol=1e-9 * _noise.trace_cov,
             what="the whole dataset as one batch has no noise")
 check_close(noise_without_replacement(_noise.trace_cov, 1, len(images)), _noise.trace_cov, rtol=1e-9,
@@ -970,7 +970,7 @@ check_close(noise_without_replacement(_noise.trace_cov, 1, len(images)), _noise.
 # Then, from $S \propto 1 + B_\text{noise}/B$
 # with $B_\text{noise}$ = `b_simple`, write `step_speedup(b_simple, per_device_batch, devices)`:
 # how many times fewer steps n devices need than one. The check measures your model's B_simple
-# (`bs.exact_noise_scale(task_model(), images, labels).b_simple`) and uses `task.per_device_batch`.
+# (`noise_scale.exact_noise_scale(task_model(), images, labels).b_simple`) and uses `task.per_device_batch`.
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -994,7 +994,7 @@ def step_speedup(b_simple, per_device_batch, devices):
 # # BEGIN TESTS
 
 # %%
-_b_simple = bs.exact_noise_scale(task_model(), images, labels).b_simple
+_b_simple = noise_scale.exact_noise_scale(task_model(), images, labels).b_simple
 _b = task.per_device_batch
 _n = devices_that_pay(_b_simple, _b)
 assert isinstance(_n, int) and _n >= 1, f"devices_that_pay must return a whole number >= 1, got {_n!r}"

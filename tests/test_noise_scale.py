@@ -1,11 +1,11 @@
-"""course_utils.batch_size: the noise-scale estimator, the warm-up schedule and the S/E fit."""
+"""course_utils.noise_scale: the noise-scale estimator, the warm-up schedule and the S/E fit."""
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from course_utils import batch_size as bs
+from course_utils import noise_scale
 
 
 def _toy():
@@ -29,7 +29,7 @@ def _per_example_loop(model, images, labels):
 
 def test_exact_noise_scale_matches_a_per_example_loop():
     model, images, labels = _toy()
-    exact = bs.exact_noise_scale(model, images, labels)
+    exact = noise_scale.exact_noise_scale(model, images, labels)
     grad_sq, trace_cov = _per_example_loop(model, images, labels)
     assert (exact.grad_sq, exact.trace_cov) == pytest.approx((grad_sq, trace_cov), rel=1e-4)
     assert exact.b_simple == pytest.approx(trace_cov / grad_sq, rel=1e-4)
@@ -37,8 +37,8 @@ def test_exact_noise_scale_matches_a_per_example_loop():
 
 def test_two_batch_estimator_agrees_with_per_example_gradients():
     model, images, labels = _toy()
-    exact = bs.exact_noise_scale(model, images, labels)
-    estimate = bs.estimate_noise_scale(model, images, labels, b_small=4, b_big=64, draws=64,
+    exact = noise_scale.exact_noise_scale(model, images, labels)
+    estimate = noise_scale.estimate_noise_scale(model, images, labels, b_small=4, b_big=64, draws=64,
                                        generator=torch.Generator().manual_seed(0))
     assert estimate.grad_sq == pytest.approx(exact.grad_sq, rel=0.3)
     assert estimate.trace_cov == pytest.approx(exact.trace_cov, rel=0.1)
@@ -48,19 +48,19 @@ def test_two_batch_estimator_agrees_with_per_example_gradients():
 def test_estimator_refuses_a_big_batch_that_is_not_whole_micro_batches():
     model, images, labels = _toy()
     with pytest.raises(ValueError, match="multiple"):
-        bs.estimate_noise_scale(model, images, labels, b_small=4, b_big=10, draws=1)
+        noise_scale.estimate_noise_scale(model, images, labels, b_small=4, b_big=10, draws=1)
 
 
 def test_warmup_is_linear_then_constant():
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched, lrs = bs.warmup_schedule(opt, 4), []
+    sched, lrs = noise_scale.warmup_schedule(opt, 4), []
     for _ in range(6):
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
     assert lrs == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 1.0])
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = bs.warmup_schedule(opt, 1)
+    sched = noise_scale.warmup_schedule(opt, 1)
     opt.step()
     sched.step()
     assert opt.param_groups[0]["lr"] == 1.0
@@ -68,18 +68,18 @@ def test_warmup_is_linear_then_constant():
 
 def test_fit_recovers_the_papers_curve():
     batch = np.array([4, 16, 64, 256, 1024])
-    s_min, e_min = bs.fit_steps_examples(batch, 40 + 3000 / batch)
+    s_min, e_min = noise_scale.fit_steps_examples(batch, 40 + 3000 / batch)
     assert (s_min, e_min) == pytest.approx((40, 3000))
     with pytest.raises(ValueError, match="three"):
-        bs.fit_steps_examples([4, 8], [10, 5])
+        noise_scale.fit_steps_examples([4, 8], [10, 5])
 
 
 def test_steps_to_target_counts_updates_and_gives_up():
     losses = iter([3.0, 2.0, 1.0, 0.5])
     batches = lambda epoch: iter(range(2))   # two batches an epoch
-    assert bs.steps_to_target(lambda b: None, batches, lambda: next(losses), target=1.0, max_steps=10) == 3
-    assert bs.steps_to_target(lambda b: None, batches, lambda: 5.0, target=1.0, max_steps=5) is None
-    assert bs.steps_to_target(lambda b: None, batches, lambda: math.nan, target=1.0, max_steps=5) is None
+    assert noise_scale.steps_to_target(lambda b: None, batches, lambda: next(losses), target=1.0, max_steps=10) == 3
+    assert noise_scale.steps_to_target(lambda b: None, batches, lambda: 5.0, target=1.0, max_steps=5) is None
+    assert noise_scale.steps_to_target(lambda b: None, batches, lambda: math.nan, target=1.0, max_steps=5) is None
 
 
 def test_two_batch_estimator_on_groups_of_a_coupled_loss():
@@ -96,7 +96,7 @@ def test_two_batch_estimator_on_groups_of_a_coupled_loss():
     def draw():
         return [lambda rows=torch.randperm(len(data), generator=gen)[:group]: group_loss(rows) for _ in range(8)]
 
-    estimate = bs.two_batch_noise_scale(model, draw, b_small=group, b_big=8 * group, draws=200)
+    estimate = noise_scale.two_batch_noise_scale(model, draw, b_small=group, b_big=8 * group, draws=200)
     assert estimate.loss > 0 and all(p.grad is None for p in model.parameters())
     # reference: the mean and covariance of many independent group gradients, per image (× group)
     grads = []
@@ -109,13 +109,13 @@ def test_two_batch_estimator_on_groups_of_a_coupled_loss():
     assert estimate.grad_sq == pytest.approx(grad_sq, rel=0.1)
     assert estimate.trace_cov == pytest.approx(trace_cov, rel=0.15)
     with pytest.raises(ValueError, match="micro-batches"):
-        bs.two_batch_noise_scale(model, lambda: draw()[:3], b_small=group, b_big=8 * group, draws=1)
+        noise_scale.two_batch_noise_scale(model, lambda: draw()[:3], b_small=group, b_big=8 * group, draws=1)
 
 
 def test_probe_during_training_measures_windows_before_updates():
     updates, seen = [], []
     batches = lambda epoch: iter(range(3))     # three batches an epoch
-    windows = bs.probe_during_training(updates.append, batches, steps=7, probe_at=(0, 5), average_over=3,
+    windows = noise_scale.probe_during_training(updates.append, batches, steps=7, probe_at=(0, 5), average_over=3,
                                        measure=lambda k: (k, len(updates)))
     assert updates == [0, 1, 2, 0, 1, 2, 0]
     # before update k, k updates have been made; the last window is cut at the end of the run

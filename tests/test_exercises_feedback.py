@@ -211,10 +211,10 @@ def exercise_namespace(lesson: str, student: str) -> dict:
     start = next(i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"
                  and text[i].startswith("## Exercises"))
     stop = next(i for i in range(start, len(text)) if "BEGIN QUESTION" in text[i])
-    from course_utils.distributed import pipeline as pp
+    from course_utils.distributed import pipeline
     from course_utils.models import ViT
     ns = {**LESSON_IMPORTS, "STUDENT_ID": student, "MoCo": MoCo, "FeatureQueue": FeatureQueue,
-          "nt_xent_loss": nt_xent_loss, "device": torch.device("cpu"), "pp": pp, "ViT": ViT}
+          "nt_xent_loss": nt_xent_loss, "device": torch.device("cpu"), "pipeline": pipeline, "ViT": ViT}
     for i in range(start, stop):
         if nb["cells"][i]["cell_type"] == "code":
             exec(text[i], ns)

@@ -25,7 +25,7 @@ STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your ex
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils import memory as M
+from course_utils import memory
 from course_utils.exercises import check_close, check_equal
 from course_utils.ledger import cuda_peak_bytes, record_memory_snapshot
 from course_utils.experiments.training_memory import measure_tinygpt, recompute_tradeoff
@@ -67,7 +67,7 @@ print(device, cfg.example)
 # and the activations the forward pass keeps until backward, which grow with batch × sequence.
 
 # %%
-gpt2 = M.transformer_memory(12, 768, 12, 50257, 1024, 8, optimizer="adamw", precision="bf16-mixed")
+gpt2 = memory.transformer_memory(12, 768, 12, 50257, 1024, 8, optimizer="adamw", precision="bf16-mixed")
 gpt2_params = tinygpt_param_count(12, 768, 50257, 1024)
 print(f"GPT-2 small: {gpt2_params / 1e6:.0f} M parameters, {gpt2['params'] / GiB:.2f} GiB of bf16 weights")
 show_table([{"line": k, "GiB": round(v / GiB, 2)} for k, v in gpt2.items()])
@@ -124,7 +124,7 @@ show_table([{**mixed_per_param, "total bytes/param": sum(mixed_per_param.values(
 
 # %%
 # NBVAL_CHECK_OUTPUT
-predicted_per_param = M.state_bytes_per_param("adamw", "bf16-mixed")
+predicted_per_param = memory.state_bytes_per_param("adamw", "bf16-mixed")
 assert mixed_per_param == {"weights": predicted_per_param["params"], "gradients": predicted_per_param["grads"],
                            "fp32 master": predicted_per_param["master_params"],
                            "Adam moments": predicted_per_param["optimizer"]}
@@ -150,9 +150,9 @@ assert sum(mixed_per_param.values()) == 16
 # %%
 s, b, h, a = 1024, 8, 768, 12
 rows = [{"recompute": r,
-         "Korthikanti 16-bit (MiB/layer)": M.korthikanti_layer_activation_bytes(s, b, h, a, r) / 2**20,
-         "TinyGPT fp32 (MiB/layer)": M.tinygpt_layer_activation_bytes(s, b, h, a, r) / 2**20}
-        for r in M.RECOMPUTE_MODES]
+         "Korthikanti 16-bit (MiB/layer)": memory.korthikanti_layer_activation_bytes(s, b, h, a, r) / 2**20,
+         "TinyGPT fp32 (MiB/layer)": memory.tinygpt_layer_activation_bytes(s, b, h, a, r) / 2**20}
+        for r in memory.RECOMPUTE_MODES]
 show_table(rows)
 
 # %% [markdown]
@@ -164,7 +164,7 @@ show_table(rows)
 
 # %%
 layers, hidden, heads, vocab, seq, batch = cfg.example
-pred = M.transformer_memory(*cfg.example, optimizer="adamw", precision="fp32")
+pred = memory.transformer_memory(*cfg.example, optimizer="adamw", precision="fp32")
 record, model = measure_tinygpt(*cfg.example, optimizer="adamw", steps=2, device=device)
 n_params = tinygpt_param_count(layers, hidden, vocab, seq)
 print(f"{n_params:,} parameters")
@@ -181,9 +181,9 @@ print(comparison)
 # %%
 sweep = []
 for c in cfg.sweep:
-    for mode in M.RECOMPUTE_MODES:
+    for mode in memory.RECOMPUTE_MODES:
         rec, _ = measure_tinygpt(*c, recompute=mode, steps=2, device=device)
-        p = M.transformer_memory(*c, recompute=mode)
+        p = memory.transformer_memory(*c, recompute=mode)
         sweep.append({"layers,hidden,heads,vocab,seq,batch": str(c), "recompute": mode,
                       "predicted MiB": p["activations"] / 2**20,
                       "measured MiB": rec.activation_bytes / 2**20,
@@ -269,7 +269,7 @@ assert tr["none"]["activation_bytes"] - tr["selective"]["activation_bytes"] == _
 # (bytes at batch 2b minus bytes at batch b), in which the weight copies cancel.
 #
 # How much they shrink depends on the device, and the prediction says so before we measure.
-# Counted op by op (`M.tinygpt_layer_activation_bytes`), a block keeps 36·sbh bytes under
+# Counted op by op (`memory.tinygpt_layer_activation_bytes`), a block keeps 36·sbh bytes under
 # autocast instead of 64·sbh, plus the softmax output P: on a **CPU** autocast runs softmax in
 # bf16 and P is one 2-byte tensor shared by softmax's backward and P @ v (2·as²b instead of
 # 4·as²b); on **CUDA** autocast runs softmax in fp32, so P is kept in fp32 for softmax's backward
@@ -283,8 +283,8 @@ ex = list(cfg.sweep[1])
 def measured(batch, autocast):
     return measure_tinygpt(*ex[:5], batch, autocast=autocast, steps=2, device=device)[0]
 def predicted_slope(autocast_device):
-    return (M.tinygpt_activation_bytes(*ex[:5], 8, autocast=autocast_device)
-            - M.tinygpt_activation_bytes(*ex[:5], 4, autocast=autocast_device))
+    return (memory.tinygpt_activation_bytes(*ex[:5], 8, autocast=autocast_device)
+            - memory.tinygpt_activation_bytes(*ex[:5], 4, autocast=autocast_device))
 slope = {ac: measured(8, ac).activation_bytes - measured(4, ac).activation_bytes for ac in (False, True)}
 opt_bytes = {ac: measured(4, ac).optimizer_bytes for ac in (False, True)}
 bf16_ratio = slope[True] / slope[False]
@@ -338,7 +338,7 @@ fig, axes = plt.subplots(1, 3, figsize=(12, 4), sharey=True)
 settings = [dict(precision="fp32", batch=8), dict(precision="fp16-mixed", batch=8),
             dict(precision="fp16-mixed", batch=8, recompute="selective")]
 for ax, kw in zip(axes, settings):
-    rep = M.what_fits("GPT-2 small (124M)", seq=1024, **kw)
+    rep = memory.what_fits("GPT-2 small (124M)", seq=1024, **kw)
     plot_memory_breakdown(rep, ax=ax, title=", ".join(f"{k}={v}" for k, v in kw.items()))
 plt.tight_layout()
 plt.show()
@@ -498,7 +498,7 @@ for _cfg in ((1, 32, 2, 50, 16, 2), (3, 48, 8, 64, 24, 4), (2, 96, 4, 128, 48, 5
 # points: 1
 
 # %% [markdown]
-# **Exercise 3 — search.** Using `M.what_fits`, find the largest batch (1–64) at which
+# **Exercise 3 — search.** Using `memory.what_fits`, find the largest batch (1–64) at which
 # `task.model` trains with mixed-precision AdamW at sequence `task.gpt_seq` on a `task.gpu`
 # (`precision=None`: the device's own, fp16 where there is no bf16), without recomputation and
 # with `recompute="full"`; 0 where none fits. Search in cells of your own, then set
@@ -510,7 +510,7 @@ for _cfg in ((1, 32, 2, 50, 16, 2), (3, 48, 8, 64, 24, 4), (2, 96, 4, 128, 48, 5
 # # BEGIN SOLUTION
 
 # %%
-largest_batches = {mode: max([b for b in range(1, 65) if M.what_fits(task.model, batch=b, seq=task.gpt_seq, device=task.gpu, recompute=mode)["fits"]], default=0) for mode in ("none", "full")}  # SOLUTION
+largest_batches = {mode: max([b for b in range(1, 65) if memory.what_fits(task.model, batch=b, seq=task.gpt_seq, device=task.gpu, recompute=mode)["fits"]], default=0) for mode in ("none", "full")}  # SOLUTION
 
 # %% [raw]
 # # END SOLUTION
@@ -524,10 +524,10 @@ assert isinstance(largest_batches, dict) and set(largest_batches) == {"none", "f
 for _mode, _b in largest_batches.items():
     assert isinstance(_b, int) and 0 <= _b <= 64, \
         f"largest_batches[{_mode!r}] must be a whole number from 0 to 64, got {_b!r}"
-    assert _b == 0 or M.what_fits(task.model, batch=_b, seq=task.gpt_seq, device=task.gpu,
+    assert _b == 0 or memory.what_fits(task.model, batch=_b, seq=task.gpt_seq, device=task.gpu,
                                   recompute=_mode)["fits"], \
         f"recompute={_mode!r}: batch {_b} does not fit {task.model} at seq {task.gpt_seq} on a {task.gpu}: too large"
-    assert _b == 64 or not M.what_fits(task.model, batch=_b + 1, seq=task.gpt_seq, device=task.gpu,
+    assert _b == 64 or not memory.what_fits(task.model, batch=_b + 1, seq=task.gpt_seq, device=task.gpu,
                                        recompute=_mode)["fits"], \
         f"recompute={_mode!r}: batch {_b + 1} still fits {task.model} at seq {task.gpt_seq} on a {task.gpu}: " \
         f"{_b} is not the largest"
@@ -536,7 +536,7 @@ for _mode, _b in largest_batches.items():
 # HIDDEN
 # the same search, every batch from 1 to 64 (not only your answer and one more)
 for _mode in ("none", "full"):
-    _fitting = [b for b in range(1, 65) if M.what_fits(task.model, batch=b, seq=task.gpt_seq,
+    _fitting = [b for b in range(1, 65) if memory.what_fits(task.model, batch=b, seq=task.gpt_seq,
                                                        device=task.gpu, recompute=_mode)["fits"]]
     check_equal(largest_batches[_mode], max(_fitting, default=0),
                 what=f"largest batch for {task.model}, seq {task.gpt_seq}, {task.gpu}, recompute={_mode}")

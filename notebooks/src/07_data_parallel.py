@@ -162,8 +162,8 @@ assert all(s["seen_without_set_epoch"][0] == s["seen_without_set_epoch"][1] for 
 
 # %%
 print(inspect.getsource(lesson.ddp_equivalence))
-from course_utils.distributed import data_parallel as dp
-print(inspect.getsource(dp.wrap_ddp))
+from course_utils.distributed import data_parallel
+print(inspect.getsource(data_parallel.wrap_ddp))
 
 # %%
 eq = launch(lesson.ddp_equivalence, cfg.ranks, cfg.dp)
@@ -452,7 +452,7 @@ def ddp_bytes_sent(in_dim, hidden, out_dim, ranks):
 # %%
 with fake_world(task.ranks):
     _model = toys.make_mlp(16, task.hidden, 4, seed=0)
-    _ddp = dp.wrap_ddp(_model)
+    _ddp = data_parallel.wrap_ddp(_model)
     _ddp.register_comm_hook(None, allreduce_mean_hook)   # the all-reduce the counter sees
     _rec = measure(lambda: F.mse_loss(_ddp(torch.randn(4, 16)), torch.randn(4, 4)).backward(), model=_model)
 check_close(ddp_bytes_sent(16, task.hidden, 4, task.ranks), _rec.comm_bytes, rtol=0, atol=1,
@@ -463,7 +463,7 @@ check_close(ddp_bytes_sent(16, task.hidden, 4, task.ranks), _rec.comm_bytes, rto
 for _ranks, _hidden, _in, _out in ((1, 32, 16, 4), (8, 96, 16, 4), (5, 20, 7, 3)):
     with fake_world(_ranks):
         _model = toys.make_mlp(_in, _hidden, _out, seed=0)
-        _ddp = dp.wrap_ddp(_model)
+        _ddp = data_parallel.wrap_ddp(_model)
         _ddp.register_comm_hook(state=None, hook=allreduce_mean_hook)
         _rec = measure(lambda: F.mse_loss(_ddp(torch.randn(4, _in)), torch.randn(4, _out)).backward(), model=_model)
     check_close(ddp_bytes_sent(_in, _hidden, _out, _ranks), _rec.comm_bytes, rtol=0, atol=1,

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.distributed import launch
-from course_utils.distributed import sharding as sh
+from course_utils.distributed import sharding
 from course_utils.experiments import sharding as lesson
 from course_utils.experiments import toys
 from course_utils.exercises import check_close, check_equal
@@ -65,14 +65,14 @@ print(device, cfg.model)
 
 # %%
 seven_b = 7e9
-show_table([{"stage": stage, **{k: v / GB for k, v in sh.predicted_state_bytes(seven_b, 8, stage).items()},
-             "total GB per rank (8 ranks)": sum(sh.predicted_state_bytes(seven_b, 8, stage).values()) / GB}
-            for stage in sh.STAGES])
-ddp_per_rank = sum(sh.predicted_state_bytes(seven_b, 8, "ddp").values())
+show_table([{"stage": stage, **{k: v / GB for k, v in sharding.predicted_state_bytes(seven_b, 8, stage).items()},
+             "total GB per rank (8 ranks)": sum(sharding.predicted_state_bytes(seven_b, 8, stage).values()) / GB}
+            for stage in sharding.STAGES])
+ddp_per_rank = sum(sharding.predicted_state_bytes(seven_b, 8, "ddp").values())
 print(f"DDP: {ddp_per_rank / GB:.0f} GB per rank for 7 B parameters, at any number of ranks")
 # an identity of the table (16 bytes per parameter), and the comparison the sentence makes
 assert ddp_per_rank == 16 * seven_b and ddp_per_rank > 80 * GB
-assert ddp_per_rank == sum(sh.predicted_state_bytes(seven_b, 64, "ddp").values())
+assert ddp_per_rank == sum(sharding.predicted_state_bytes(seven_b, 64, "ddp").values())
 
 # %% [markdown]
 # ## 2 · The mechanism: keep 1/n, fetch the rest just in time
@@ -115,7 +115,7 @@ assert ddp_per_rank == sum(sh.predicted_state_bytes(seven_b, 64, "ddp").values()
 
 # %%
 import inspect
-print(inspect.getsource(sh.parallelize))
+print(inspect.getsource(sharding.parallelize))
 print(inspect.getsource(lesson.train_and_measure))
 
 # %% [markdown]
@@ -177,13 +177,13 @@ assert (record.param_bytes, record.grad_bytes, record.optimizer_bytes) == (4 * n
 for n, per_rank in runs.items():
     for r in per_rank:
         for strategy, result in r.items():
-            predicted = sh.predicted_state_bytes(result["n_params"], n, stage_of[strategy])
+            predicted = sharding.predicted_state_bytes(result["n_params"], n, stage_of[strategy])
             assert result["state"] == predicted, (n, strategy, result["state"], predicted)
             assert (result["params"] - r["ddp"]["params"]).abs().max() < 1e-6, (n, strategy)
         pb = r["ddp"]["param_bytes"]   # 4Ψ
         for strategy, stage in (("ddp", "ddp"), ("fsdp", "zero3"), ("fsdp_keep", "zero2")):
             sent = r[strategy]["comm"]["ring_bytes_sent"]
-            assert abs(sent - sh.predicted_comm_bytes(pb, n, stage)) <= 1e-9 * pb, (n, strategy, sent)
+            assert abs(sent - sharding.predicted_comm_bytes(pb, n, stage)) <= 1e-9 * pb, (n, strategy, sent)
         assert r["fsdp"]["held_after_forward"] == pb / n and r["fsdp_keep"]["held_after_forward"] == pb
         for strategy in ("ddp", "zero1"):  # one copy of the gradients: they are the buckets
             g = r[strategy]["grad_layout"]
@@ -203,12 +203,12 @@ ranks_axis = [1, 2, 4, 8, 16, 32, 64]
 fig, (ax_mem, ax_comm) = plt.subplots(1, 2, figsize=(11, 3.8))
 for (strategy, stage), color in zip((("ddp", "ddp"), ("zero1", "zero1"), (None, "zero2"), ("fsdp", "zero3")),
                                     ("C0", "C1", "C2", "C3")):
-    ax_mem.plot(ranks_axis, [sum(sh.predicted_state_bytes(n_params, n, stage).values()) / 1e6
+    ax_mem.plot(ranks_axis, [sum(sharding.predicted_state_bytes(n_params, n, stage).values()) / 1e6
                              for n in ranks_axis], color=color, label=stage)
     if strategy:
         ax_mem.plot(list(runs), [sum(runs[n][0][strategy]["state"].values()) / 1e6 for n in runs],
                     "o", color=color)
-    ax_comm.plot(ranks_axis, [sh.predicted_comm_bytes(4 * n_params, n, stage) / 1e6 for n in ranks_axis],
+    ax_comm.plot(ranks_axis, [sharding.predicted_comm_bytes(4 * n_params, n, stage) / 1e6 for n in ranks_axis],
                  color=color, label=stage)
 for strategy, color in (("ddp", "C0"), ("fsdp", "C3"), ("fsdp_keep", "C2")):
     ax_comm.plot(list(runs), [runs[n][0][strategy]["comm"]["ring_bytes_sent"] / 1e6 for n in runs],
@@ -288,7 +288,7 @@ assert sum(f.endswith(".distcp") for f in shard_files) == cfg.ranks and ".metada
 # %%
 big_x = torch.randn(cfg.activation_batch, cfg.model["width"], device=device)
 act = measure(lambda: F.mse_loss(model(big_x), torch.zeros_like(big_x)).backward(), model=model)
-resident_zero3 = sum(sh.predicted_state_bytes(n_params, cfg.ranks, "zero3").values())
+resident_zero3 = sum(sharding.predicted_state_bytes(n_params, cfg.ranks, "zero3").values())
 half = measure(lambda: F.mse_loss(model(big_x[: cfg.activation_batch // 2]),
                                   torch.zeros_like(big_x[: cfg.activation_batch // 2])).backward(), model=model)
 assert abs(2 * half.activation_bytes / act.activation_bytes - 1) < 1e-3, "activations are linear in the batch"
@@ -473,7 +473,7 @@ for _ranks, _width, _depth in ((8, 32, 3), (16, 96, 2), (1, 64, 2)):
 # smallest number of ranks (1–1024) on which the resident state per rank (the table in section 2;
 # `stage` one of "ddp", "zero1", "zero2", "zero3") fits in `gpu_bytes`, or 0 if none does. The
 # check asks for `task.stage` (hidden checks: the other stages), and searches the kit's
-# `sh.predicted_state_bytes` for the same number.
+# `sharding.predicted_state_bytes` for the same number.
 
 # %% [raw]
 # # BEGIN SOLUTION
@@ -498,7 +498,7 @@ def min_ranks(n_params, stage, gpu_bytes):
 
 # %%
 _n, _gpu = task.billions * 1e9, task.gpu_gb * 1e9
-_expected = next((r for r in range(1, 1025) if sum(sh.predicted_state_bytes(_n, r, task.stage).values()) <= _gpu), 0)
+_expected = next((r for r in range(1, 1025) if sum(sharding.predicted_state_bytes(_n, r, task.stage).values()) <= _gpu), 0)
 check_equal(min_ranks(_n, task.stage, _gpu), _expected,
             what=f"smallest number of ranks for {task.billions}B parameters, {task.stage}, {task.gpu_gb} GB GPUs (0: never fits)")
 
@@ -508,7 +508,7 @@ for _billions, _stage, _gb in ((7, "ddp", 80), (7, "zero1", 80), (70, "zero3", 8
     _hn, _hgpu = _billions * 1e9, _gb * 1e9
     _hr = min_ranks(_hn, _stage, _hgpu)
     _hexpected = next((r for r in range(1, 1025)
-                      if sum(sh.predicted_state_bytes(_hn, r, _stage).values()) <= _hgpu), 0)
+                      if sum(sharding.predicted_state_bytes(_hn, r, _stage).values()) <= _hgpu), 0)
     check_equal(_hr, _hexpected, what=f"smallest number of ranks for {_billions}B parameters, {_stage}, {_gb} GB")
 
 # %% [raw]

@@ -29,9 +29,9 @@ STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your ex
 import matplotlib.pyplot as plt
 
 from course_utils.distributed import launch
-from course_utils.distributed import context_parallel as cp
-from course_utils.distributed import pipeline as pp
-from course_utils.distributed import pipeline_orders as po
+from course_utils.distributed import context_parallel
+from course_utils.distributed import pipeline
+from course_utils.distributed import pipeline_orders
 from course_utils.distributed.tensor_parallel import ColumnRowMLP
 from course_utils.experiments import pipeline_tensor_parallel as lesson
 from course_utils.exercises import check_close, check_equal
@@ -110,11 +110,11 @@ print(device, "| simulated stages:", cfg.stages)
 # %%
 p, m = cfg.stages, 8
 timelines = {
-    "gpipe": pp.simulate("gpipe", p, m),
-    "1f1b": pp.simulate("1f1b", p, m),
-    "interleaved": pp.simulate("interleaved", p, m, forward=2, backward=4, chunks=2),
-    "zero_bubble": pp.simulate("zero_bubble", p, m),
-    "zero_bubble (1F1B memory)": pp.simulate("zero_bubble", p, m, max_in_flight="1f1b"),
+    "gpipe": pipeline.simulate("gpipe", p, m),
+    "1f1b": pipeline.simulate("1f1b", p, m),
+    "interleaved": pipeline.simulate("interleaved", p, m, forward=2, backward=4, chunks=2),
+    "zero_bubble": pipeline.simulate("zero_bubble", p, m),
+    "zero_bubble (1F1B memory)": pipeline.simulate("zero_bubble", p, m, max_in_flight="1f1b"),
 }
 fig, axes = plt.subplots(len(timelines), 1, figsize=(11, 2.0 * len(timelines)))
 for ax, (name, t) in zip(axes, timelines.items()):
@@ -123,8 +123,8 @@ for ax, (name, t) in zip(axes, timelines.items()):
                  f"{t.peak_activations(0):g} micro-batches", fontsize=9)
 plt.tight_layout()
 plt.show()
-formulas = {"gpipe": pp.bubble_formula(p, m), "1f1b": pp.bubble_formula(p, m),
-            "interleaved": pp.bubble_formula(p, m, chunks=2), "zero_bubble": pp.zero_bubble_formula(p, m)}
+formulas = {"gpipe": pipeline.bubble_formula(p, m), "1f1b": pipeline.bubble_formula(p, m),
+            "interleaved": pipeline.bubble_formula(p, m, chunks=2), "zero_bubble": pipeline.zero_bubble_formula(p, m)}
 show_table([{"schedule": name, "bubble (simulated)": t.bubble_fraction,
              "bubble (formula)": formulas.get(name, "none: greedy under a cap"),
              "peak activations per stage": [t.peak_activations(d) for d in range(p)]}
@@ -142,14 +142,14 @@ zb_m = 16
 caps = {f"cap {c}" + (" (1F1B's peak p)" if c == p else " (2p − 1)" if c == 2 * p - 1 else ""): c
         for c in range(p, 2 * p)}
 caps["no cap (up to m)"] = None
-zb = {name: pp.simulate("zero_bubble", p, zb_m, max_in_flight=cap) for name, cap in caps.items()}
-zb_formula = pp.zero_bubble_formula(p, zb_m)
+zb = {name: pipeline.simulate("zero_bubble", p, zb_m, max_in_flight=cap) for name, cap in caps.items()}
+zb_formula = pipeline.zero_bubble_formula(p, zb_m)
 zb_min_cap = min(c for name, c in caps.items()
                  if c is not None and abs(zb[name].bubble_fraction - zb_formula) < 1e-12)
 print(f"smallest cap that reaches (p−1)(F+B_input−W): {zb_min_cap} micro-batches = p + {zb_min_cap - p} "
       f"(1F1B holds p = {p}; 2p − 1 = {2 * p - 1})")
 show_table([{"cap on held micro-batches": name, "bubble": t.bubble_fraction,
-             "(p−1)(F+B_input−W) formula": zb_formula, "1F1B bubble": pp.bubble_formula(p, zb_m),
+             "(p−1)(F+B_input−W) formula": zb_formula, "1F1B bubble": pipeline.bubble_formula(p, zb_m),
              "peak held (device 0)": t.peak_activations(0)} for name, t in zb.items()])
 
 # %% [markdown]
@@ -183,7 +183,7 @@ costs = dict(forward=1, backward=2, weight=1)          # F = 1, B = 2, W = 1 (B_
 # with 2p − 1 micro-batches held and the optimizer step's synchronisation bypassed
 zb_h2_published = (p - 1) * max(costs["forward"] + (costs["backward"] - costs["weight"]) - 2 * costs["weight"], 0)
 dp_m = 2 * p                                           # DualPipe needs m even and >= 2p
-orders = {s: po.simulate_order(s, p, dp_m, **costs) for s in po.ORDERS}
+orders = {s: pipeline_orders.simulate_order(s, p, dp_m, **costs) for s in pipeline_orders.ORDERS}
 fig, axes = plt.subplots(len(orders), 1, figsize=(11, 2.0 * len(orders)))
 for ax, (name, t) in zip(axes, orders.items()):
     plot_timeline(t, ax)
@@ -192,10 +192,10 @@ for ax, (name, t) in zip(axes, orders.items()):
                  f"half-height pairs: overlapped F&B)", fontsize=9)
 plt.tight_layout()
 plt.show()
-stages_held = {s: max(len({(op.direction, po.stage_of(op.device, op.direction, p))
+stages_held = {s: max(len({(op.direction, pipeline_orders.stage_of(op.device, op.direction, p))
                            for op in t.ops if op.device == d}) for d in range(p)) for s, t in orders.items()}
 show_table([{"schedule": s, "idle per device (simulated)": [t.idle(d) for d in range(p)],
-             "published formula": po.report_bubble(s, p, **costs) if s != "zb_h2" else zb_h2_published,
+             "published formula": pipeline_orders.report_bubble(s, p, **costs) if s != "zb_h2" else zb_h2_published,
              "peak activations per device": [t.peak_activations(d) for d in range(p)],
              "stages (parameters) per device": stages_held[s]} for s, t in orders.items()])
 
@@ -207,9 +207,9 @@ show_table([{"schedule": s, "idle per device (simulated)": [t.idle(d) for d in r
 
 # %%
 overlap_costs = dict(forward=2, backward=3, weight=1, overlapped=4)
-dual_overlap = po.simulate_order("dualpipe", 8, 16, **overlap_costs)
+dual_overlap = pipeline_orders.simulate_order("dualpipe", 8, 16, **overlap_costs)
 print("p = 8, m = 16, F&B = 4: idle per device", [dual_overlap.idle(d) for d in range(8)],
-      "| formula", po.report_bubble("dualpipe", 8, **overlap_costs))
+      "| formula", pipeline_orders.report_bubble("dualpipe", 8, **overlap_costs))
 
 # %% [markdown]
 # ## 4 · The evidence
@@ -222,10 +222,10 @@ sweep = {}
 for s in ("gpipe", "1f1b"):
     for p_ in cfg.sweep_stages:
         for m_ in cfg.microbatches:
-            sweep[(s, p_, m_)] = pp.simulate(s, p_, m_).bubble_fraction
+            sweep[(s, p_, m_)] = pipeline.simulate(s, p_, m_).bubble_fraction
 fig, ax = plt.subplots(figsize=(6, 3.5))
 for p_ in cfg.sweep_stages:
-    ax.plot(cfg.microbatches, [pp.bubble_formula(p_, m_) for m_ in cfg.microbatches], label=f"formula p={p_}")
+    ax.plot(cfg.microbatches, [pipeline.bubble_formula(p_, m_) for m_ in cfg.microbatches], label=f"formula p={p_}")
     ax.plot(cfg.microbatches, [sweep[("gpipe", p_, m_)] for m_ in cfg.microbatches], "o", color="k", ms=4)
 ax.set_xscale("log", base=2)
 ax.set_xlabel("micro-batches m")
@@ -237,10 +237,10 @@ plt.show()
 # %%
 # NBVAL_CHECK_OUTPUT
 for (s, p_, m_), bubble in sweep.items():
-    assert abs(bubble - pp.bubble_formula(p_, m_)) < 1e-12, (s, p_, m_, bubble)
+    assert abs(bubble - pipeline.bubble_formula(p_, m_)) < 1e-12, (s, p_, m_, bubble)
 t = timelines
-assert abs(t["interleaved"].bubble_fraction - pp.bubble_formula(p, m, chunks=2)) < 1e-12
-assert abs(t["zero_bubble"].bubble_fraction - pp.zero_bubble_formula(p, m)) < 1e-12
+assert abs(t["interleaved"].bubble_fraction - pipeline.bubble_formula(p, m, chunks=2)) < 1e-12
+assert abs(t["zero_bubble"].bubble_fraction - pipeline.zero_bubble_formula(p, m)) < 1e-12
 assert t["zero_bubble"].bubble_fraction <= t["zero_bubble (1F1B memory)"].bubble_fraction < t["1f1b"].bubble_fraction
 assert [t["gpipe"].peak_activations(d) for d in range(p)] == [m] * p
 assert [t["1f1b"].peak_activations(d) for d in range(p)] == [p - d for d in range(p)]
@@ -250,17 +250,17 @@ assert [t["zero_bubble (1F1B memory)"].peak_activations(d) for d in range(p)] ==
 assert p < zb_min_cap <= p + 2 and zb_min_cap < 2 * p - 1
 assert all(abs(zb[n].bubble_fraction - zb_formula) < 1e-12 for n, c in caps.items() if c is None or c >= zb_min_cap)
 assert zb[next(n for n, c in caps.items() if c == zb_min_cap - 1)].bubble_fraction > zb_formula + 1e-9
-assert zb_formula < zb[next(n for n, c in caps.items() if c == p)].bubble_fraction < pp.bubble_formula(p, zb_m)
+assert zb_formula < zb[next(n for n, c in caps.items() if c == p)].bubble_fraction < pipeline.bubble_formula(p, zb_m)
 assert zb[next(n for n, c in caps.items() if c == p)].peak_activations(0) == p
 # Hand-written orders vs DeepSeek-V3 Table 2, in the report's notation, on every device.
 for s in ("1f1b", "zb_h1", "dualpipe"):
-    assert all(orders[s].idle(d) == po.report_bubble(s, p, **costs) for d in range(p)), s
+    assert all(orders[s].idle(d) == pipeline_orders.report_bubble(s, p, **costs) for d in range(p)), s
 assert [orders["zb_h1"].peak_activations(d) for d in range(p)] == [p] * p           # 1F1B's peak
 assert max(orders["zb_h2"].peak_activations(d) for d in range(p)) == 2 * p - 1
 assert [orders["dualpipe"].peak_activations(d) for d in range(p)] == [p + 1] * p    # PP + 1
 assert stages_held["dualpipe"] == 2 and stages_held["1f1b"] == 1                   # 2x parameters
 assert orders["dualpipe"].idle(0) < orders["zb_h1"].idle(0) < orders["1f1b"].idle(0)
-assert max(dual_overlap.idle(d) for d in range(8)) == po.report_bubble("dualpipe", 8, **overlap_costs)
+assert max(dual_overlap.idle(d) for d in range(8)) == pipeline_orders.report_bubble("dualpipe", 8, **overlap_costs)
 
 # %% [markdown]
 # **The real thing.** `torch.distributed.pipelining` on two ranks: rank 0 holds the first half of
@@ -285,7 +285,7 @@ print(inspect.getsource(ColumnRowMLP))
 # %%
 real = launch(lesson.suite, cfg.ranks, cfg.real, timeout=300)
 real_m = cfg.real["pipeline"]["microbatches"]
-simulated_peak = {s: [pp.simulate(s, cfg.ranks, real_m).peak_activations(d) for d in range(cfg.ranks)]
+simulated_peak = {s: [pipeline.simulate(s, cfg.ranks, real_m).peak_activations(d) for d in range(cfg.ranks)]
                   for s in ("gpipe", "1f1b")}
 show_table([{"rank": r, "schedule": s, "params on stage": real[r]["pipeline"][s]["params_on_this_stage"],
              "max |grad − unsplit|": real[r]["pipeline"][s]["grad_diff"],
@@ -335,7 +335,7 @@ def action_names(actions):
 
 
 simulated_h1 = [action_names((k, r, j) for k, _, j in order)      # one stage per device: stage = rank
-                for r, order in enumerate(po.orders("zb_h1", cfg.ranks, real_m))]
+                for r, order in enumerate(pipeline_orders.orders("zb_h1", cfg.ranks, real_m))]
 show_table([{"rank": r, "simulator's ZB-H1 (pipeline_orders)": " ".join(simulated_h1[r]),
              "torch's pipeline_order (− idle slot)": " ".join(zbr[r]["zb_h1"]["order"]),
              "executed (traced)": " ".join(action_names(zbr[r]["zb_h1"]["executed"]))}
@@ -344,7 +344,7 @@ show_table([{"rank": r, "stages held": zbr[r]["zbv"]["stages"],
              "torch's ZB-V pipeline_order": " ".join(zbr[r]["zbv"]["order"]),
              "executed = order": action_names(zbr[r]["zbv"]["executed"]) ==
                                  [a for a in zbr[r]["zbv"]["order"] if a != "-"]} for r in zbr])
-zb_sim_peak = [po.simulate_order("zb_h1", cfg.ranks, real_m).peak_activations(d) for d in range(cfg.ranks)]
+zb_sim_peak = [pipeline_orders.simulate_order("zb_h1", cfg.ranks, real_m).peak_activations(d) for d in range(cfg.ranks)]
 show_table([{"schedule": name, "rank": r, "stage": stage,
              "max |grad − unsplit| on the rank (fp64)": zbr[r][name]["grad_diff"],
              "peak micro-batches alive (measured)": zbr[r][name]["peak_microbatches_alive"][stage],
@@ -400,8 +400,8 @@ for name in lesson.ZERO_BUBBLE_SCHEDULES:
 # process holding the whole sequence, measured by the ledger.
 
 # %%
-print(inspect.getsource(cp._RingAttention.forward))
-print(inspect.getsource(cp.ring_pass))
+print(inspect.getsource(context_parallel._RingAttention.forward))
+print(inspect.getsource(context_parallel.ring_pass))
 ctx = {r: real[r]["context_parallel"] for r in range(cfg.ranks)}
 show_table([{"rank": r, "arm": arm, "max |out − unsplit|": x["gaps"]["output"],
              "max |dQ,dK,dV − unsplit|": max(x["gaps"][g] for g in ("dq", "dk", "dv")),
@@ -414,7 +414,7 @@ blocks = {f"{arm}, rank {r}": ctx[r][arm]["score_blocks"] for arm in ("causal", 
           for r in ctx}
 plot_bars(blocks, title="causal attention: score blocks each rank computes", ylabel="blocks")
 plt.show()
-kv_bytes = ctx[0]["full"]["predicted_bytes"] // cp.ring_bytes_per_step(1, cfg.ranks)
+kv_bytes = ctx[0]["full"]["predicted_bytes"] // context_parallel.ring_bytes_per_step(1, cfg.ranks)
 print(f"largest gap to unsplit attention (fp64): {ring_gap:.1e}; kept-for-backward split/unsplit "
       f"{kept_ratio:.3f}; bytes sent per rank per step {ctx[0]['full']['sent_bytes']} = "
       f"(6(n−1)+2)·{kv_bytes} (one rank's K block); bytes this process really wrote (gloo): "
@@ -470,25 +470,25 @@ assert plain[-1] > plain[0] and len(set(zigzag)) == 1 and sum(zigzag) == sum(pla
 
 # %%
 unequal = dict(forward=2, backward=2, weight=1)       # F = 2, B_input = 1: F ≠ B − W
-dual_unequal = po.simulate_order("dualpipe", p, dp_m, **unequal)
+dual_unequal = pipeline_orders.simulate_order("dualpipe", p, dp_m, **unequal)
 h2_gain_costs = dict(forward=1, backward=3, weight=1)  # B_input = 2 > F
-h1_h2 = {s: po.simulate_order(s, p, 4 * p, **h2_gain_costs).idle(0) for s in ("zb_h1", "zb_h2")}
+h1_h2 = {s: pipeline_orders.simulate_order(s, p, 4 * p, **h2_gain_costs).idle(0) for s in ("zb_h1", "zb_h2")}
 # ZB-H1 and ZB-H2 over a grid of (F, B, W), against the (p−1)F floor of one synchronised iteration
 h2_grid = []
 for f_, b_, w_ in [(1, 2, 1), (2, 2, 1), (1, 3, 1), (2, 3, 1), (3, 3, 1), (1, 4, 2), (2, 4, 1), (3, 4, 1)]:
     c_ = dict(forward=f_, backward=b_, weight=w_)
     h2_grid.append({"F": f_, "B": b_, "W": w_, "floor (p−1)F": (p - 1) * f_,
-                    "ZB-H1 idle": po.simulate_order("zb_h1", p, 4 * p, **c_).idle(0),
-                    "ZB-H2 idle": po.simulate_order("zb_h2", p, 4 * p, **c_).idle(0)})
+                    "ZB-H1 idle": pipeline_orders.simulate_order("zb_h1", p, 4 * p, **c_).idle(0),
+                    "ZB-H2 idle": pipeline_orders.simulate_order("zb_h2", p, 4 * p, **c_).idle(0)})
 show_table(h2_grid)
 print(f"DualPipe at F=2, B=2, W=1: idle {dual_unequal.idle(0):g} per device vs formula "
-      f"{po.report_bubble('dualpipe', p, **unequal):g}")
+      f"{pipeline_orders.report_bubble('dualpipe', p, **unequal):g}")
 print(f"ZB-H1 vs ZB-H2-style at F=B_input=W: idle {orders['zb_h1'].idle(0):g} vs "
       f"{orders['zb_h2'].idle(0):g}; at B_input=2F: {h1_h2['zb_h1']:g} vs {h1_h2['zb_h2']:g}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-assert dual_unequal.idle(0) != po.report_bubble("dualpipe", p, **unequal)
+assert dual_unequal.idle(0) != pipeline_orders.report_bubble("dualpipe", p, **unequal)
 assert orders["zb_h2"].idle(0) == orders["zb_h1"].idle(0) and h1_h2["zb_h2"] < h1_h2["zb_h1"]
 # at the lesson's costs ZB-H2 idles exactly the floor on every device: the whole gap to the
 # paper's post-validated figure is the synchronisation this simulator keeps
@@ -551,16 +551,16 @@ predicted_bubble = (task.stages - 1) / (task.microbatches + task.stages - 1)  # 
 # # BEGIN TESTS
 
 # %%
-check_close(predicted_step_time, pp.simulate("1f1b", task.stages, task.microbatches).makespan, rtol=0,
+check_close(predicted_step_time, pipeline.simulate("1f1b", task.stages, task.microbatches).makespan, rtol=0,
             what=f"1F1B step time (units of F, B = 2F) on {task.stages} stages, {task.microbatches} micro-batches (simulated)")
-check_close(predicted_bubble, pp.simulate("1f1b", task.stages, task.microbatches).bubble_fraction,
+check_close(predicted_bubble, pipeline.simulate("1f1b", task.stages, task.microbatches).bubble_fraction,
             rtol=1e-9, what=f"1F1B bubble fraction on {task.stages} stages, {task.microbatches} micro-batches (simulated)")
 
 # %%
 # HIDDEN
-check_close(predicted_step_time, pp.simulate("gpipe", task.stages, task.microbatches).makespan, rtol=0,
+check_close(predicted_step_time, pipeline.simulate("gpipe", task.stages, task.microbatches).makespan, rtol=0,
             what="GPipe step time at your p and m (the same as 1F1B's)")
-check_close(predicted_bubble, pp.simulate("gpipe", task.stages, task.microbatches).bubble_fraction,
+check_close(predicted_bubble, pipeline.simulate("gpipe", task.stages, task.microbatches).bubble_fraction,
             rtol=1e-9, what="GPipe bubble fraction at your p and m (the same as 1F1B's)")
 
 # %% [raw]
@@ -600,18 +600,18 @@ def peak_activations_1f1b(p, m):
 # # BEGIN TESTS
 
 # %%
-_t = pp.simulate("1f1b", task.stages, task.microbatches)
+_t = pipeline.simulate("1f1b", task.stages, task.microbatches)
 check_equal(list(peak_activations_1f1b(task.stages, task.microbatches)),
             [_t.peak_activations(s) for s in range(task.stages)],
             what=f"1F1B peak micro-batches held per stage, p={task.stages}, m={task.microbatches} (simulated)")
-_t = pp.simulate("1f1b", 5, 2)  # fewer micro-batches than stages: does your answer depend on m?
+_t = pipeline.simulate("1f1b", 5, 2)  # fewer micro-batches than stages: does your answer depend on m?
 check_equal(list(peak_activations_1f1b(5, 2)), [_t.peak_activations(s) for s in range(5)],
             what="1F1B peak micro-batches held per stage, p=5, m=2 (simulated)")
 
 # %%
 # HIDDEN
 for _p, _m in ((8, 3), (5, 1), (1, 4), (6, 6), (3, 20)):
-    _sim = pp.simulate("1f1b", _p, _m)
+    _sim = pipeline.simulate("1f1b", _p, _m)
     check_equal(list(peak_activations_1f1b(_p, _m)), [_sim.peak_activations(s) for s in range(_p)],
                 what=f"1F1B peak micro-batches held per stage, p={_p}, m={_m} (simulated)")
 
@@ -658,9 +658,9 @@ def microbatches_for(p, target):
 _m = microbatches_for(task.stages, task.bubble_target)
 assert isinstance(_m, int) and _m >= 1, f"microbatches_for must return a whole number >= 1, got {_m!r}"
 # 1e-9: the simulator's 1 − busy/total and (p−1)/(m+p−1) round differently (3/20 vs 0.15)
-assert pp.simulate("1f1b", task.stages, _m).bubble_fraction <= task.bubble_target + 1e-9, \
+assert pipeline.simulate("1f1b", task.stages, _m).bubble_fraction <= task.bubble_target + 1e-9, \
     f"with m={_m} the simulated bubble on {task.stages} stages is above {task.bubble_target}: m is too small"
-assert _m == 1 or pp.simulate("1f1b", task.stages, _m - 1).bubble_fraction > task.bubble_target + 1e-9, \
+assert _m == 1 or pipeline.simulate("1f1b", task.stages, _m - 1).bubble_fraction > task.bubble_target + 1e-9, \
     f"m={_m - 1} already meets {task.bubble_target} on {task.stages} stages: m is not the smallest"
 
 # %%
@@ -668,9 +668,9 @@ assert _m == 1 or pp.simulate("1f1b", task.stages, _m - 1).bubble_fraction > tas
 for _p, _target in ((8, 0.05), (1, 0.0), (2, 0.5), (7, 0.4), (4, 0.15), (4, 0.3)):  # 3/20, 3/10: on the target
     _mb = microbatches_for(_p, _target)
     assert isinstance(_mb, int) and _mb >= 1, f"microbatches_for({_p}, {_target}) returned {_mb!r}"
-    assert pp.simulate("1f1b", _p, _mb).bubble_fraction <= _target + 1e-9, \
+    assert pipeline.simulate("1f1b", _p, _mb).bubble_fraction <= _target + 1e-9, \
         f"microbatches_for({_p}, {_target}) = {_mb}: the simulated bubble is above the target"
-    assert _mb == 1 or pp.simulate("1f1b", _p, _mb - 1).bubble_fraction > _target + 1e-9, \
+    assert _mb == 1 or pipeline.simulate("1f1b", _p, _mb - 1).bubble_fraction > _target + 1e-9, \
         f"microbatches_for({_p}, {_target}) = {_mb}: {_mb - 1} already meets the target"
 
 # %% [raw]
@@ -721,8 +721,8 @@ def zero_bubble_step_time(p, m, forward, backward):
 
 # %%
 _p, _m = task.stages, 2 * task.stages
-_zb = pp.simulate("zero_bubble", _p, _m, forward=2, backward=2)
-_ofob = pp.simulate("1f1b", _p, _m, forward=2, backward=2)
+_zb = pipeline.simulate("zero_bubble", _p, _m, forward=2, backward=2)
+_ofob = pipeline.simulate("1f1b", _p, _m, forward=2, backward=2)
 check_close(zero_bubble_step_time(_p, _m, 2, 2), _zb.makespan, rtol=0,
             what=f"zero-bubble step time on {_p} stages, {_m} micro-batches, F = 2, B_input = W = 1 (simulated)")
 check_close(_ofob.makespan - zero_bubble_step_time(_p, _m, 2, 2), 2 * (_p - 1), rtol=0,
@@ -732,7 +732,7 @@ check_close(_ofob.makespan - zero_bubble_step_time(_p, _m, 2, 2), 2 * (_p - 1), 
 # HIDDEN
 for _p, _m, _f, _b in ((4, 8, 1, 2), (8, 16, 2, 4), (3, 9, 3, 2), (2, 5, 1, 2), (6, 12, 2, 2), (5, 10, 3, 6)):
     check_close(zero_bubble_step_time(_p, _m, _f, _b),
-                pp.simulate("zero_bubble", _p, _m, forward=_f, backward=_b).makespan, rtol=0,
+                pipeline.simulate("zero_bubble", _p, _m, forward=_f, backward=_b).makespan, rtol=0,
                 what=f"zero-bubble step time, p={_p}, m={_m}, F={_f}, backward={_b} (simulated)")
 
 # %% [raw]
@@ -756,7 +756,7 @@ headline(
     tp_max_grad_gap=max(max(r["tensor_parallel"]["grad_diff"].values()) for r in real),
     tp_allreduce_bytes_over_predicted=tpr["allreduce_bytes"] / tpr["predicted_bytes"],
     dualpipe_idle_p4=orders["dualpipe"].idle(0),
-    dualpipe_formula_p4=po.report_bubble("dualpipe", p, **costs),
+    dualpipe_formula_p4=pipeline_orders.report_bubble("dualpipe", p, **costs),
     zb_h1_idle_p4=orders["zb_h1"].idle(0),
     one_f_one_b_idle_p4=orders["1f1b"].idle(0),
     dualpipe_peak_activations=max(orders["dualpipe"].peak_activations(d) for d in range(p)),

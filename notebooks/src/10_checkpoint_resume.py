@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import course_utils
-from course_utils import checkpoint as ck
+from course_utils import checkpoint
 from course_utils.distributed import train as train_script
 from course_utils.data import load_dataset
 from course_utils.exercises import check_equal
@@ -121,9 +121,9 @@ print(f"straight run: {cfg.steps} steps, final loss {straight.last('loss'):.4f},
 # | objective caches | MoCo's queue of keys and its pointer; any other buffer that persists |
 # | callback state | an `EarlyStopping`'s best score, patience count and best weights (`callbacks={...}`) |
 #
-# `ck.capture_training_state(...)` gathers these into plain tensors, numbers and dicts (NumPy's RNG
+# `checkpoint.capture_training_state(...)` gathers these into plain tensors, numbers and dicts (NumPy's RNG
 # as a tensor plus ints) so that `torch.load(weights_only=True)` — which refuses to run arbitrary
-# pickled code — can read it back. `ck.save` writes atomically: a temporary file in the same
+# pickled code — can read it back. `checkpoint.save` writes atomically: a temporary file in the same
 # folder, flush + fsync, `os.replace` over the old name, fsync of the folder. A crash at any moment
 # leaves either the old file or the new one, never half of one.
 
@@ -138,10 +138,10 @@ print(f"straight run: {cfg.steps} steps, final loss {straight.last('loss'):.4f},
 # %%
 seed_everything(cfg.seed)
 model_a, opt_a, sched_a, data_a, step_a = make_run()
-manager = ck.CheckpointManager(workdir / "run", keep_last=2)
+manager = checkpoint.CheckpointManager(workdir / "run", keep_last=2)
 every = half // 4
 assert every >= 1 and half % every == 0, "the interval must land on the half-way step"
-saver = CheckpointEvery(every, lambda st: manager.save(ck.capture_training_state(
+saver = CheckpointEvery(every, lambda st: manager.save(checkpoint.capture_training_state(
     model=model_a, optimizer=opt_a, scheduler=sched_a, train_state=st, data=data_a), st.step))
 fit(step_a, data_a, steps=half, callbacks=[saver], desc="first half")
 print("kept:", [p.name for p in manager.paths()])
@@ -176,7 +176,7 @@ def adam_moment_sum(opt):
 
 seed_everything(12345)  # a new process: other RNG states ...
 model_b, opt_b, sched_b, data_b, step_b = make_run(model_seed=7)  # ... and other initial weights
-ts = ck.restore_training_state(state, model=model_b, optimizer=opt_b, scheduler=sched_b, data=data_b)
+ts = checkpoint.restore_training_state(state, model=model_b, optimizer=opt_b, scheduler=sched_b, data=data_b)
 moments_resumed = adam_moment_sum(opt_b)
 print("resuming at", ts.position())
 resumed = fit(step_b, data_b, steps=cfg.steps, state=ts, desc="resumed")
@@ -184,7 +184,7 @@ resumed = fit(step_b, data_b, steps=cfg.steps, state=ts, desc="resumed")
 # load_from's fresh optimizer and schedule; weights, data position and RNG from the checkpoint
 seed_everything(12345)
 model_w, opt_w, sched_w, data_w, step_w = make_run(model_seed=7, steps=cfg.steps - half)
-ts_w = ck.restore_training_state(state, model=model_w, optimizer=opt_w, scheduler=sched_w,
+ts_w = checkpoint.restore_training_state(state, model=model_w, optimizer=opt_w, scheduler=sched_w,
                                  data=data_w, skip=("optimizer", "scheduler"))
 moments_fresh = adam_moment_sum(opt_w)
 weights_only = fit(step_w, data_w, steps=cfg.steps, state=ts_w, desc="weights only")
@@ -293,12 +293,12 @@ def moco_resume(keep_queue):
     seed_everything(cfg.seed)
     net, queue, opt, data, step = make_moco()
     caches = {"queue": queue} if keep_queue else {}
-    saver = CheckpointEvery(mhalf, lambda st: ck.save(workdir / "moco.pt", ck.capture_training_state(
+    saver = CheckpointEvery(mhalf, lambda st: checkpoint.save(workdir / "moco.pt", checkpoint.capture_training_state(
         model=net, optimizer=opt, train_state=st, data=data, caches=caches)))
     fit(step, data, steps=mhalf, callbacks=[saver], desc="moco first half")
     seed_everything(99)
     net2, queue2, opt2, data2, step2 = make_moco(model_seed=5)
-    ts = ck.restore_training_state(ck.load(workdir / "moco.pt"), model=net2, optimizer=opt2,
+    ts = checkpoint.restore_training_state(checkpoint.load(workdir / "moco.pt"), model=net2, optimizer=opt2,
                                    data=data2, caches={"queue": queue2} if keep_queue else {})
     return fit(step2, data2, steps=cfg.moco_steps, state=ts, desc="moco resumed"), net2
 
@@ -327,36 +327,36 @@ assert gap > 1e-3, "without its queue the resumed MoCo run must differ"
 # %% [markdown]
 # **Claim 4.** A save killed midway leaves the previous checkpoint loadable. A child process
 # (multiprocessing) overwrites the checkpoint with a large state and is killed by the kernel after
-# writing part of it. With `ck.save` the old file survives (the half-written temporary file is
+# writing part of it. With `checkpoint.save` the old file survives (the half-written temporary file is
 # left behind, printed below; `CheckpointManager` deletes such leftovers of its own checkpoints
 # when it next saves); with a plain `torch.save(state, path)` the old checkpoint is gone and
-# `ck.load` says so, naming the file and what to do.
+# `checkpoint.load` says so, naming the file and what to do.
 
 # %%
 last = workdir / "last.pt"
-ck.save(last, ck.capture_training_state(model=model_s, optimizer=opt_s, scheduler=sched_s))
+checkpoint.save(last, checkpoint.capture_training_state(model=model_s, optimizer=opt_s, scheduler=sched_s))
 n = cfg.crash_mib * 2**20
-code_atomic = ck.crash_during_save(last, n_bytes=n, kill_after_bytes=n // 4, atomic=True)
-survivor = ck.load(last)
+code_atomic = checkpoint.crash_during_save(last, n_bytes=n, kill_after_bytes=n // 4, atomic=True)
+survivor = checkpoint.load(last)
 print(f"atomic save: child exit code {code_atomic}; the old checkpoint loads "
       f"({len(survivor['model'])} weight tensors); leftover temp files: "
       f"{[p.name for p in workdir.glob('.last.pt.*.tmp')]}")
 
 naive = workdir / "naive.pt"
-ck.save(naive, {"kind": "payload"})
-code_naive = ck.crash_during_save(naive, n_bytes=n, kill_after_bytes=n // 4, atomic=False)
+checkpoint.save(naive, {"kind": "payload"})
+code_naive = checkpoint.crash_during_save(naive, n_bytes=n, kill_after_bytes=n // 4, atomic=False)
 try:
-    ck.load(naive)
+    checkpoint.load(naive)
     naive_error = None
-except ck.CorruptCheckpointError as err:
+except checkpoint.CorruptCheckpointError as err:
     naive_error = err
 print(f"naive save: child exit code {code_naive}; load says:\n  {naive_error}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 assert code_atomic < 0 and code_naive < 0, "both children must have been killed"
-assert torch.equal(survivor["model"]["net.0.weight"], model_s.state_dict()["net.0.weight"].cpu())  # ck.load maps to the CPU
-assert isinstance(naive_error, ck.CorruptCheckpointError) and "naive.pt" in str(naive_error)
+assert torch.equal(survivor["model"]["net.0.weight"], model_s.state_dict()["net.0.weight"].cpu())  # checkpoint.load maps to the CPU
+assert isinstance(naive_error, checkpoint.CorruptCheckpointError) and "naive.pt" in str(naive_error)
 
 # %% [markdown]
 # **Claim 5.** Early stopping on a validation metric: evaluate every few steps, stop when the
@@ -549,7 +549,7 @@ check_equal(predicted_position, (_measured["epoch"], _measured["batch_index"]),
 # of its resume checkpoint's `model` and `optimizer` entries together (every tensor, AdamW's
 # per-parameter-tensor `step` counter included: a 4-byte fp32 scalar each), and of a weights-only
 # checkpoint: complete `checkpoint_bytes(hidden)`, returning `(resume_bytes, weights_only_bytes)`.
-# The check builds that model, takes the step, captures it with `ck.capture_training_state` and
+# The check builds that model, takes the step, captures it with `checkpoint.capture_training_state` and
 # counts (hidden: other widths).
 
 # %% [raw]
@@ -576,7 +576,7 @@ _model = MLP(64, task.hidden, 10, layers=3)
 _opt = torch.optim.AdamW(_model.parameters())
 _model(torch.randn(2, 64)).sum().backward()
 _opt.step()
-_state = ck.capture_training_state(model=_model, optimizer=_opt)
+_state = checkpoint.capture_training_state(model=_model, optimizer=_opt)
 _weights = sum(t.numel() * t.element_size() for t in _state["model"].values())
 _moments = sum(t.numel() * t.element_size() for s in _state["optimizer"]["state"].values()
                for t in s.values() if torch.is_tensor(t))
@@ -590,7 +590,7 @@ for _width in (1, 200):
     _adamw = torch.optim.AdamW(_net.parameters())
     _net(torch.randn(2, 64)).sum().backward()
     _adamw.step()
-    _captured = ck.capture_training_state(model=_net, optimizer=_adamw)
+    _captured = checkpoint.capture_training_state(model=_net, optimizer=_adamw)
     _w = sum(t.numel() * t.element_size() for t in _captured["model"].values())
     _o = sum(t.numel() * t.element_size() for s in _captured["optimizer"]["state"].values()
              for t in s.values() if torch.is_tensor(t))
@@ -634,7 +634,7 @@ def kept_steps(steps, every, keep_last):
 
 # %%
 with tempfile.TemporaryDirectory() as _folder:
-    _manager = ck.CheckpointManager(_folder, keep_last=task.keep_last)
+    _manager = checkpoint.CheckpointManager(_folder, keep_last=task.keep_last)
     _ = run_noop_loop(32, task.run_steps, [CheckpointEvery(task.every, lambda st: _manager.save({}, st.step))])
     _on_disk = [int(p.stem.split("_")[-1]) for p in _manager.paths()]
 check_equal(list(kept_steps(task.run_steps, task.every, task.keep_last)), _on_disk,
@@ -644,7 +644,7 @@ check_equal(list(kept_steps(task.run_steps, task.every, task.keep_last)), _on_di
 # HIDDEN
 for _steps, _every, _keep in ((5, 7, 2), (21, 7, 5), (30, 1, 3), (14, 7, 1)):
     with tempfile.TemporaryDirectory() as _scratch:
-        _mgr = ck.CheckpointManager(_scratch, keep_last=_keep)
+        _mgr = checkpoint.CheckpointManager(_scratch, keep_last=_keep)
         _ = run_noop_loop(32, _steps, [CheckpointEvery(_every, lambda st: _mgr.save({}, st.step))])
         _kept = [int(p.stem.split("_")[-1]) for p in _mgr.paths()]
     check_equal(list(kept_steps(_steps, _every, _keep)), _kept,

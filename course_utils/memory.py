@@ -35,7 +35,7 @@ The measured side (``ledger.measure_tinygpt``, ``ledger.recompute_tradeoff``,
 ``course_utils.optim.OPTIMIZERS``; the stacked-bar plot and the what-fits widget from
 ``course_utils.plots``.
 
-The kit's own ``course_utils.transformer.TinyGPT`` has no dropout and runs in fp32 on CPU;
+The kit's own ``course_utils.models.transformer.TinyGPT`` has no dropout and runs in fp32 on CPU;
 ``tinygpt_layer_activation_bytes`` is the same count derived for *that* block (see its module
 docstring), which is what the lesson checks against measurement.
 """
@@ -46,7 +46,7 @@ from torch import nn
 from . import checks
 from .ledger import predict_step
 from .optim import OPTIMIZERS, state_copies
-from .transformer import GPT_SHAPES, RECOMPUTE_MODES, tinygpt_param_count
+from .models.transformer import GPT_SHAPES, RECOMPUTE_MODES, tinygpt_param_count
 
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
 # fp16 mixed precision (autocast fp16 + a GradScaler, for GPUs without bf16) stores the same bytes
@@ -123,7 +123,7 @@ AUTOCAST_DEVICES = (None, "cpu", "cuda")
 
 def tinygpt_layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int,
                                    recompute: str = "none", autocast: str | None = None) -> int:
-    """One ``TinyGPT`` block, derived op by op (course_utils.transformer docstring).
+    """One ``TinyGPT`` block, derived op by op (course_utils.models.transformer docstring).
 
     fp32 (``autocast=None``)::
 

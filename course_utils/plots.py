@@ -230,7 +230,7 @@ def what_fits_widget():
 
     from . import memory
     from .optim import OPTIMIZERS
-    from .transformer import RECOMPUTE_MODES
+    from .models.transformer import RECOMPUTE_MODES
 
     def show(**kwargs):
         try:

@@ -7,7 +7,7 @@ from course_utils.experiments.training_memory import measure_tinygpt, recompute_
 from course_utils.models import MLP, SmallResNet
 from course_utils.optim import OPTIMIZERS
 from course_utils.plots import plot_memory_breakdown, what_fits_widget
-from course_utils.transformer import TinyGPT, tinygpt_param_count
+from course_utils.models.transformer import TinyGPT, tinygpt_param_count
 
 CONFIGS = [  # layers, hidden, heads, vocab, seq, batch
     (1, 32, 4, 50, 16, 2),

@@ -29,7 +29,7 @@ from ..models import ViT
 from ..models.heads import ProjectionHead
 from ..objectives import MAE, MoCo, SimCLR, make_step
 from ..optim import make_optimizer
-from ..transformer import GPT_SHAPES, TinyGPT, tinygpt_param_count
+from ..models.transformer import GPT_SHAPES, TinyGPT, tinygpt_param_count
 
 # precision -> the autocast dtype of the forward. Autocast keeps fp32 parameters, gradients and
 # optimizer state (4 + 4 bytes per parameter + the optimizer's copies) and casts weights per op,

@@ -1,7 +1,7 @@
 """Measured training memory: lesson 06's TinyGPT steps under the ledger (the measured side of the
 predictor in ``course_utils.memory``), and what a contrastive loss alone keeps (lesson 02).
 
-``measure_tinygpt`` builds ``course_utils.transformer.TinyGPT`` and returns the ledger of one
+``measure_tinygpt`` builds ``course_utils.models.transformer.TinyGPT`` and returns the ledger of one
 training step; ``recompute_tradeoff`` measures what each recomputation mode keeps (stored
 activation bytes) against what it pays (FLOPs, wall time).
 """
@@ -17,7 +17,7 @@ from ..ledger import measure, utilisation
 from ..ledger.fake import to_device
 from ..objectives.simclr import nt_xent_loss, nt_xent_loss_tiled
 from ..optim import make_optimizer
-from ..transformer import RECOMPUTE_MODES, TinyGPT, random_tokens
+from ..models.transformer import RECOMPUTE_MODES, TinyGPT, random_tokens
 
 
 def measure_tinygpt(layers: int, hidden: int, heads: int, vocab: int, seq: int, batch: int, *,

@@ -4,6 +4,8 @@
 - ``vit.py``: ``ViT`` with ``Attention``, ``FeedForward``, ``TransformerBlock`` and
   ``sincos_position_embedding_2d``; its pieces (patchify, embed, encode tokens) run separately for MAE.
 - ``heads.py``: ``MLP`` and ``ProjectionHead``.
+- ``transformer.py``: ``TinyGPT`` (lesson 06's measurable GPT-like model) and ``GPT_SHAPES``, the
+  one table of GPT-like shapes the kit sizes.
 - ``build.py``: ``build_encoder(name, image_size, in_channels)`` for the names in ``ENCODERS``,
   ``count_parameters`` and ``clone_module`` (``to_device``, for fake tensors, is the ledger's:
   ``course_utils.ledger.fake``).
@@ -19,6 +21,7 @@ from __future__ import annotations
 from .build import ENCODERS, build_encoder, clone_module, count_parameters
 from .heads import MLP, ProjectionHead
 from .resnet import BasicBlock, SmallResNet
+from .transformer import GPT_SHAPES, TinyGPT
 from .vit import Attention, FeedForward, TransformerBlock, ViT, sincos_position_embedding_2d
 
 __all__ = [
@@ -31,6 +34,8 @@ __all__ = [
     "sincos_position_embedding_2d",
     "MLP",
     "ProjectionHead",
+    "TinyGPT",
+    "GPT_SHAPES",
     "build_encoder",
     "count_parameters",
     "clone_module",

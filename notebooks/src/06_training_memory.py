@@ -33,10 +33,10 @@ from course_utils.optim import OPTIMIZERS
 from course_utils.plots import plot_memory_breakdown, what_fits_widget
 from course_utils.ledger import measure
 from course_utils.report import headline, show_table
-from course_utils.transformer import TinyGPT, random_tokens, tinygpt_param_count
+from course_utils.models.transformer import TinyGPT, random_tokens, tinygpt_param_count
 from course_utils.runtime import setup
 from course_utils.scales import config
-from course_utils.transformer import tinygpt_param_count
+from course_utils.models.transformer import tinygpt_param_count
 
 # TinyGPT configurations: (layers, hidden, heads, vocab, seq, batch)
 cfg = config(
@@ -142,7 +142,7 @@ assert sum(mixed_per_param.values()) == 16
 # (2·sbh) and re-runs the layer's forward in backward (at most one extra forward pass; claim 3
 # measures how much less).
 #
-# Our measurable stand-in is `course_utils.transformer.TinyGPT`: the same pre-norm block, no dropout,
+# Our measurable stand-in is `course_utils.models.transformer.TinyGPT`: the same pre-norm block, no dropout,
 # fp32 on CPU. Counting its saved tensors op by op (the module docstring lists them) gives
 # 4·(16·sbh + a·s²·b) + 16·sb bytes per layer — the same structure without dropout masks and
 # dropout outputs, with 4-byte elements.

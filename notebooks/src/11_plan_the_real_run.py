@@ -560,7 +560,7 @@ print(f"the ledger accounts for {needs_bytes(moco) / PUBLISHED['moco_gpu_bytes']
 # the inputs the tests give it; it must return numbers, lists, tuples, dicts or tensors.
 
 # %%
-from course_utils.transformer import TinyGPT
+from course_utils.models.transformer import TinyGPT
 from course_utils.variants import exercise_variant
 
 task = exercise_variant("11_plan_the_real_run", STUDENT_ID, ranks=(8, 2, 4, 16, 64),

@@ -42,7 +42,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from . import checks
+from .. import checks
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 ATTENTION_KINDS = ("eager", "sdpa")

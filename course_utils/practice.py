@@ -17,6 +17,12 @@ Feedback never shows the expected value (the side of a comparison that does not 
 answer, the arguments of a ``check_*`` after the answer): a wrong try must not give away a
 predict-then-measure answer; ``reveal`` is the way to see a solution. Hidden tests are not
 shipped: graded runs (``tools/grade.py``) may check more cases.
+
+Why not otter's ``Notebook.check``, which runs the same tests: it reads them from a tests folder
+beside the notebook (a Colab learner who opens one notebook has none), it reports a failure as
+the test's source and traceback (which, for a predict-then-measure exercise, prints the value
+to be predicted), and it would add otter-grader to every learner's install. Otter stays what
+builds the assignments and grades them (``tools/assign.py``, ``tools/grade.py``).
 """
 from __future__ import annotations
 

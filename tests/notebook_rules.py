@@ -295,7 +295,7 @@ class Lesson:
         return self.assignment
 
     def practice(self) -> dict:
-        from course_utils.practice import load_lesson
+        from course_utils.exercises import load_lesson
         return load_lesson(self.name)
 
     def editions(self) -> list[Path]:

@@ -1,4 +1,4 @@
-"""Exercise feedback coaches without revealing (course_utils.exercises, course_utils.practice).
+"""Exercise feedback coaches without revealing (course_utils.exercises).
 
 1. A failing ``check_close`` / ``check_equal`` says in which direction and by what factor the
    answer misses (for a tensor, where), and never spells the expected value, in any of the usual
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils.exercises import check_close, check_equal, describe_miss
-from course_utils.practice import Exercises, load_lesson
+from course_utils.exercises import Exercises, load_lesson
 
 ROOT = Path(__file__).resolve().parent.parent
 

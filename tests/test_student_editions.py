@@ -1,5 +1,5 @@
 """Student editions (notebooks/student/, built by tools/student.py) and their checks
-(course_utils.practice): up to date with the lesson sources, no solution or hidden-test text,
+(course_utils.exercises): up to date with the lesson sources, no solution or hidden-test text,
 every exercise followed by its check, nothing after an exercise depending on its answer; the
 checks' feedback; and, executed in a fresh kernel at CI scale, every check reports "not attempted"
 with the exercises blank and passes with the revealed solutions. Execution is costly (a whole
@@ -24,7 +24,7 @@ import kernel_run  # noqa: E402
 import notebooks  # noqa: E402
 from notebook_rules import CHECK  # noqa: E402
 
-from course_utils.practice import Exercises, load_lesson  # noqa: E402
+from course_utils.exercises import Exercises, load_lesson  # noqa: E402
 
 SOURCES = notebooks.sources()
 NAMES = [s.stem for s in SOURCES]

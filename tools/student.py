@@ -11,7 +11,7 @@ writes
 from the lesson notebook (otter-grader assign format, docs/authoring.md), which stays the single
 source. Solutions are stripped with otter's own ``replace_solutions`` so the student edition and
 ``make assignments``' student notebook leave the same skeleton. Hidden tests go nowhere: they stay
-in the lesson and in the autograder zip. ``course_utils.practice`` runs the checks.
+in the lesson and in the autograder zip. ``course_utils.exercises`` runs the checks.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ INTRO = ("**Your turn.** Each exercise below leaves a cell for your answer (the 
          "in, run it, then run the check cell after it. The checks run the exercise's public "
          "tests here, offline, and say what disagrees; a graded run may test more cases. "
          "Stuck after trying? `exercises.reveal(\"<exercise name>\")` prints a solution.")
-INIT = '''from course_utils.practice import Exercises
+INIT = '''from course_utils.exercises import Exercises
 
 exercises = Exercises("{lesson}")  # the checks below; exercises.reveal("...") shows a solution'''
 CHECK = 'exercises.check("{question}")'

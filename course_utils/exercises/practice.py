@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from .exercises import _is_number, describe_difference, describe_miss, is_unanswered
+from .feedback import _is_number, describe_difference, describe_miss, is_unanswered
 
 __all__ = ["Exercises", "CheckResult", "load_lesson"]
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from . import checks
+from .. import checks
 
 __all__ = ["check_close", "check_equal", "check_shape", "check_raises", "is_unanswered",
            "describe_miss", "describe_difference"]

@@ -24,15 +24,17 @@ import contextlib
 import multiprocessing as mp
 import os
 import pickle
+import random
 import re
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
 from .files import save_atomically
-from .runtime import rng_state, set_rng_state
+from .train import History, TrainState
 
 
 class CheckpointError(RuntimeError):
@@ -52,6 +54,41 @@ class UnsafeCheckpointError(CheckpointError):
 
 
 # --------------------------------------------------------------------------- save / load
+
+def rng_state(device: torch.device | None = None) -> dict:
+    """Python, NumPy (legacy global), torch CPU and CUDA RNG states, as a dict ``checkpoint.save``
+    can write. CUDA: every device's state, or only ``device``'s when one is given (a distributed
+    rank owns one GPU and must not save its neighbours')."""
+    py_version, py_internal, py_gauss = random.getstate()
+    bitgen, key, pos, has_gauss, cached = np.random.get_state()
+    if device is not None and torch.device(device).type == "cuda":
+        cuda = [torch.cuda.get_rng_state(device)]
+    else:
+        cuda = torch.cuda.get_rng_state_all() if device is None and torch.cuda.is_available() else []
+    return {
+        "python": {"version": py_version, "internal": list(py_internal), "gauss_next": py_gauss},
+        "numpy": {"bit_generator": bitgen, "key": torch.from_numpy(key.astype(np.int64)),
+                  "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "torch": torch.get_rng_state(),
+        "cuda": cuda,
+    }
+
+
+def set_rng_state(state: dict, device: torch.device | None = None) -> None:
+    """Inverse of ``rng_state`` (same ``device``). CUDA states are restored only where CUDA is."""
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["internal"]), py["gauss_next"]))
+    npy = state["numpy"]
+    np.random.set_state((npy["bit_generator"], npy["key"].numpy().astype(np.uint32), npy["pos"],
+                         npy["has_gauss"], npy["cached_gaussian"]))
+    torch.set_rng_state(state["torch"])
+    if torch.cuda.is_available() and state["cuda"]:
+        if device is not None and torch.device(device).type == "cuda":
+            torch.cuda.set_rng_state(state["cuda"][0], device)
+        elif device is None:
+            torch.cuda.set_rng_state_all(state["cuda"])
+
+
 def save(path, state: dict) -> Path:
     """Write ``state`` (a dict) to ``path`` atomically; returns the path.
 
@@ -171,7 +208,6 @@ def restore_training_state(state: dict, *, model: nn.Module, optimizer=None, sch
     ``skip=("optimizer", "scheduler")`` continues from the same weights, data position and RNG
     with a new optimizer and schedule, which isolates what those two carry.
     """
-    from .train import History, TrainState
     if not isinstance(state, dict) or state.get("kind") != "training_state":
         raise ValueError("state is not a training state; pass what load() returns for a file "
                          "written from capture_training_state(...)")

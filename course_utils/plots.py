@@ -10,7 +10,11 @@ import numpy as np
 import torch
 from torchvision.utils import make_grid
 
-from . import checks
+from . import checks, memory
+from .memory import PRECISIONS
+from .models.transformer import RECOMPUTE_MODES
+from .optim import OPTIMIZERS
+from .report import show_table
 
 __all__ = ["show_images", "plot_curves", "plot_bars", "image_grid", "plot_memory_breakdown",
            "what_fits_widget", "what_fits_summary", "plot_timeline"]
@@ -228,10 +232,6 @@ def what_fits_widget():
     """Sliders/dropdowns over ``memory.what_fits``; redraws the stacked bar on every change."""
     import ipywidgets as w
 
-    from . import memory
-    from .optim import OPTIMIZERS
-    from .models.transformer import RECOMPUTE_MODES
-
     def show(**kwargs):
         try:
             report = memory.what_fits(**kwargs)
@@ -262,10 +262,9 @@ def planner_widget():
     (``experiments.planning.plan_run``), whether it fits and the predicted step time."""
     import ipywidgets as w
 
+    # loaded when the widget is built, not with the plots: the planner loads the objectives,
+    # the distributed mechanisms and torchvision's ResNet-50, which no other plot needs
     from .experiments.planning import PLANNED_MODELS, ledger_lines, plan_run
-    from .memory import PRECISIONS
-    from .optim import OPTIMIZERS
-    from .report import show_table
 
     def show(model, per_device_batch, size, precision, optimizer, queue_size, mask_ratio, devices,
              strategy, recompute, attention, device_gb, peak_tflops, mfu):

@@ -65,7 +65,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from torch.distributed.fsdp import fully_shard
 
-from course_utils.runtime import rng_state, set_rng_state
+from course_utils import checkpoint as ck
+from course_utils.checkpoint import rng_state, set_rng_state
+from course_utils.data import load_dataset
 
 
 HASH_PREFIX = "params sha256: "
@@ -156,7 +158,6 @@ def join_group(backend: str, timeout: float):
 # --------------------------------------------------------------------------- 2. the data
 def make_data(args, rank: int, world_size: int):
     """(sampler, loader): each rank's share of the digits, reshuffled per epoch by set_epoch."""
-    from course_utils.data import load_dataset
     if args.batch % world_size:
         raise SystemExit(f"--batch {args.batch} does not split over {world_size} ranks; "
                          f"pass a multiple of {world_size}")
@@ -208,7 +209,6 @@ def newest_checkpoint(directory) -> Path | None:
 
 def save_checkpoint(directory, step, position, model, optimizer, schedule, device, rank, keep, batch):
     """Every rank writes its shards (DCP) and its own state; rank 0 publishes the folder."""
-    from course_utils import checkpoint as ck
     final = Path(directory) / f"step_{step:08d}"
     partial = final.with_name(final.name + ".partial")
     if rank == 0:
@@ -232,7 +232,6 @@ def load_checkpoint(path, model, optimizer, schedule, device, rank, batch, seed)
     """Load model, optimizer (resharded by DCP into this run's layout), schedule and this rank's
     RNG; return the data position to continue from. Written by another number of ranks: the
     same global batch is required, and this rank's RNG starts from a new seed (docstring, 8)."""
-    from course_utils import checkpoint as ck
     saved = ck.load(Path(path) / "rank0.pt")   # schedule, position, world size: alike on every rank
     if saved.get("batch", batch) != batch:
         raise SystemExit(f"{path} was written with --batch {saved['batch']}, this run has --batch "

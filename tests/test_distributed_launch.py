@@ -7,6 +7,7 @@ import torch
 
 from course_utils.distributed import WorkerError, launch, torchrun_entry
 from course_utils.experiments import data_parallel as demo
+import launch_workers
 
 
 def test_returns_each_ranks_value_after_a_real_all_reduce():
@@ -31,7 +32,7 @@ def test_failing_rank_traceback_is_reraised_and_peers_stopped():
 def test_killed_rank_raises_within_timeout_with_that_ranks_error():
     start = time.monotonic()
     with pytest.raises(WorkerError) as info:
-        launch(demo.die_on_rank, 2, 1, 2, timeout=30)
+        launch(launch_workers.die_on_rank, 2, 1, 2, timeout=30)
     assert info.value.rank == 1
     assert "rank 1 died (killed by SIGKILL)" in str(info.value)
     assert time.monotonic() - start < 30
@@ -41,7 +42,7 @@ def test_killed_rank_raises_within_timeout_with_that_ranks_error():
 def test_timeout_stops_every_rank_and_shows_where_they_hung():
     start = time.monotonic()
     with pytest.raises(TimeoutError) as info:
-        launch(demo.hang_on_rank, 2, 1, 600.0, timeout=4)
+        launch(launch_workers.hang_on_rank, 2, 1, 600.0, timeout=4)
     elapsed = time.monotonic() - start
     assert 4 <= elapsed < 15
     assert "hang_on_rank" in str(info.value)                     # faulthandler stacks of the ranks

@@ -30,8 +30,8 @@ next op consumes it, the gradient buffers of backward), the one layer that full 
 re-materialises during backward (``recompute_transient_bytes``), and kernel workspaces (cuBLAS,
 cuDNN). Measured peaks are therefore *higher* than predictions; the stored-for-backward
 bytes (what ``course_utils.ledger.measure`` reports as ``activation_bytes``) match them.
-The measured side (``ledger.measure_tinygpt``, ``ledger.recompute_tradeoff``,
-``ledger.cuda_peak_bytes``) lives with the ledger; the optimizer-state copies come from
+The measured side is ``experiments.training_memory`` (``measure_tinygpt``, ``recompute_tradeoff``)
+on the ledger (``ledger.measure``, ``ledger.cuda_peak_bytes``); the optimizer-state copies come from
 ``course_utils.optim.OPTIMIZERS``; the stacked-bar plot and the what-fits widget from
 ``course_utils.plots``.
 

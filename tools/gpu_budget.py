@@ -199,12 +199,14 @@ def work_03(p) -> list[Work]:
                         momentum=0.99, temperature=p["temperature"], bn_groups=2)
         return make
     image = forward_flops(SmallResNet(width=p["width"], blocks=blocks))
-    arms = [q for q in p["sweep_queues"] if q != p["queue"]]
-    probes = 1 + p["steps"] // p["probe_every"] + 2 * len(arms) + 2
+    others = len(p["seeds"]) - 1   # the main recipe again from each other seed
+    # floors (one per seed), the main run's probes, two per other seed, the unshuffled run's
+    probes = (len(p["seeds"]) + p["steps"] // p["probe_every"] + 2 * others
+              + p["sweep_steps"] // p["probe_every"])
     return [Work("main run (cfg.steps at K = cfg.queue)", p["steps"], moco_step(p["queue"])),
+            Work(f"the main recipe from {others} more seeds (cfg.steps each)", others * p["steps"],
+                 moco_step(p["queue"])),
             Work("momentum-0 run (cfg.stale_steps)", p["stale_steps"], moco_step(p["queue"])),
-            *[Work(f"queue sweep arm K={q} (cfg.sweep_steps)", p["sweep_steps"], moco_step(q))
-              for q in arms],
             Work("unshuffled-keys run (cfg.sweep_steps)", p["sweep_steps"], moco_step(p["queue"])),
             Work("probes (probe_train + probe_test each)", probes * (p["probe_train"] + p["probe_test"]),
                  image)]

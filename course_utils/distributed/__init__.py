@@ -6,6 +6,8 @@
 - ``sharding``        ZeRO predictions; DDP, ZeRO-1 (ZeroRedundancyOptimizer), FSDP2 ``fully_shard``
 - ``pipeline``        schedule simulator (GPipe, 1F1B, interleaved, zero-bubble) and stage slicing
 - ``pipeline_orders`` hand-written orders run as written: 1F1B, ZB-H1, ZB-H2, DualPipe (DeepSeek-V3)
+- ``pipeline_trace``  ``StageTrace``: what a real schedule ran and the activations it held
+- ``pipeline_compat`` a torch 2.11 fix that lets ZB-V run under gloo (inert on later torch)
 - ``context_parallel`` ring attention: a sequence split across ranks, online softmax, zig-zag split
 - ``tensor_parallel`` Megatron column-then-row MLP
 - ``torchrun_entry``  any worker under ``torchrun --nproc_per_node N`` (one backend per node)

@@ -10,6 +10,8 @@ torchrun, through ``course_utils.distributed.torchrun_entry``) can re-import it 
                                 bytes; BatchNorm, SimCLR negatives and the MoCo queue across ranks
 - ``sharding``                  lesson 08: DDP, ZeRO-1, FSDP2 side by side; distributed checkpoint
 - ``pipeline_tensor_parallel``  lesson 09: a real pipeline, a real tensor-parallel MLP, ring attention
+- ``gradient_cache``            gradient caching across ranks (tests/test_gradient_cache.py; gpu_check
+                                runs it under NCCL)
 - ``training_memory``           lesson 06: measure_tinygpt, recompute_tradeoff (the measured side of
                                 ``course_utils.memory``'s predictor), nt_xent_kept_bytes (lesson 02)
 - ``planning``                  lesson 11: paper-scale runs planned on fake tensors (plan_run,

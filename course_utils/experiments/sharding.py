@@ -23,13 +23,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from course_utils.ledger.comm_count import state_bytes
 from course_utils.distributed.data_parallel import grad_storages
 from course_utils.distributed.devices import worker_device
 from course_utils.distributed.sharding import (STRATEGIES, full_params, local_param_bytes,
                                                local_shards, parallelize)
 from course_utils.experiments.toys import global_batch, make_stack, settings, shard
 from course_utils.ledger import measure
+from course_utils.ledger.measured import state_bytes
 from course_utils.ledger.fake import to_device
 
 DEFAULTS = dict(width=64, depth=4, batch=8, steps=3, lr=1e-3, seed=0)

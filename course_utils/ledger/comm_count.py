@@ -186,24 +186,3 @@ def allreduce_mean_hook(state, bucket):  # no annotations: DDP checks them liter
     # all_reduce works in place: the bucket is the result (a fake process group's future
     # carries no value, a real one carries [buffer])
     return work.get_future().then(lambda _fut: buffer)
-
-
-def state_bytes(model: torch.nn.Module, optimizer=None) -> dict:
-    """Bytes this rank holds for parameters, gradients and optimizer state (local shards only).
-
-    Sharded tensors (FSDP2 DTensors) count their local shard (``to_local()``); ZeRO-1's optimizer
-    only holds state for the parameters this rank owns, so its state dict is already local.
-    """
-    def local(t):
-        t = t.to_local() if hasattr(t, "to_local") else t
-        return t.numel() * t.element_size()
-
-    params = sum(local(p) for p in model.parameters())
-    grads = sum(local(p.grad) for p in model.parameters() if p.grad is not None)
-    opt = 0
-    if optimizer is not None:
-        inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer wraps its local one
-        for per_param in inner.state.values():
-            opt += sum(local(v) for v in per_param.values()
-                       if isinstance(v, torch.Tensor) and v.dim() > 0)  # skip scalar step counters
-    return {"params": params, "grads": grads, "optimizer": opt}

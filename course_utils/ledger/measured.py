@@ -214,6 +214,30 @@ def resident_bytes(model=None, optimizer=None, caches=()) -> dict:
     }
 
 
+def state_bytes(model: torch.nn.Module, optimizer=None) -> dict:
+    """Bytes this rank holds for parameters, gradients and optimizer state (local shards only),
+    counted element by element: what ZeRO's formulas predict (``distributed.sharding.
+    predicted_state_bytes``). ``resident_bytes`` counts storages instead (what a step holds:
+    DDP's gradient buckets whole, views once).
+
+    Sharded tensors (FSDP2 DTensors) count their local shard (``to_local()``); ZeRO-1's optimizer
+    only holds state for the parameters this rank owns, so its state dict is already local.
+    """
+    def local(t):
+        t = t.to_local() if hasattr(t, "to_local") else t
+        return t.numel() * t.element_size()
+
+    params = sum(local(p) for p in model.parameters())
+    grads = sum(local(p.grad) for p in model.parameters() if p.grad is not None)
+    opt = 0
+    if optimizer is not None:
+        inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer wraps its local one
+        for per_param in inner.state.values():
+            opt += sum(local(v) for v in per_param.values()
+                       if isinstance(v, torch.Tensor) and v.dim() > 0)  # skip scalar step counters
+    return {"params": params, "grads": grads, "optimizer": opt}
+
+
 # --------------------------------------------------------------------------- measure
 def _count_items(encoders: dict) -> tuple[dict, dict, list]:
     """Forward pre-hooks on each encoder: items it encodes, and of those, ``again``: items whose

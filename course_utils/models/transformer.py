@@ -58,6 +58,7 @@ GPT_SHAPES = {
     "GPT 2.7B": dict(layers=32, hidden=2560, heads=32),
     "GPT 7B": dict(layers=32, hidden=4096, heads=32),
     "GPT 13B": dict(layers=40, hidden=5120, heads=40),
+    "GPT 65B": dict(layers=80, hidden=8192, heads=64),   # LLaMA-65B's depth, width and heads
 }
 
 

@@ -38,6 +38,7 @@ from course_utils.ledger import measure
 from course_utils.models import ProjectionHead, SmallResNet, count_parameters
 from course_utils.objectives import MoCo, SimCLR, make_step
 from course_utils.objectives.moco import FeatureQueue, bn_group_overlap, encode_in_groups, shuffle_batch
+from course_utils.compare import compare_paired
 from course_utils.report import headline, show_table
 from course_utils.runtime import setup
 from course_utils.scales import config
@@ -47,18 +48,19 @@ cfg = config(
     SCALE,
     ci=dict(image_size=16, width=8, blocks=(1, 1, 1),
             batch=16, queue=64, dim=32, steps=8, stale_steps=6, probe_every=2,
-            sweep_queues=(32, 64, 128), sweep_steps=6, lr=2e-3,
+            seeds=(0, 1, 2), sweep_queues=(32, 64, 128), sweep_steps=6, lr=2e-3,
             temperature=0.2, crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
-            min_probe_gain=None, max_probe_gain=None, stale_cos_m099_min=None, stale_cos_m0_max=None,
+            min_probe_gain=None, max_probe_gain=None, late_gain_claim=None,
+            stale_cos_m099_min=None, stale_cos_m0_max=None,
             sweep_claims=None, shuffle_loss_gap_max=None,
             fingerprint_max=None, loss_climb_tol=None,
             train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
     default=dict(image_size=16, width=16, blocks=(1, 1, 1),
                  batch=128, queue=1024, dim=64, steps=1200, stale_steps=100, probe_every=200,
-                 sweep_queues=(256, 1024, 4096), sweep_steps=600, lr=2e-3, temperature=0.2,
+                 seeds=(0, 1, 2, 3, 4), sweep_queues=(256, 1024, 4096), sweep_steps=600, lr=2e-3, temperature=0.2,
                  crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
                  # thresholds set from one default run (one seed); the run prints its own figures
-                 min_probe_gain=0.15, max_probe_gain=0.35,
+                 min_probe_gain=0.05, max_probe_gain=0.35, late_gain_claim=None,
                  stale_cos_m099_min=0.98, stale_cos_m0_max=0.95,
                  sweep_claims=True,
                  shuffle_loss_gap_max=0.05, fingerprint_max=0.02,
@@ -66,16 +68,18 @@ cfg = config(
                  train_limit=5000, probe_train=2000, probe_test=1000, dataset="shapes"),
     # gpu: a half-width CIFAR ResNet-18, sized by tools/gpu_budget.py to fit 15 minutes on a T4
     gpu=dict(image_size=32, width=32, blocks=(2, 2, 2, 2),
-             batch=256, queue=16384, dim=128, steps=3000, stale_steps=100, probe_every=500,
-             sweep_queues=(4096, 16384, 65536), sweep_steps=1000,
+             batch=256, queue=16384, dim=128, steps=1500, stale_steps=100, probe_every=500,
+             seeds=(0, 1, 2), sweep_queues=(4096, 16384, 65536), sweep_steps=500,
              lr=2e-3, temperature=0.2, crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False,
-             min_probe_gain=0.15, max_probe_gain=None, stale_cos_m099_min=None, stale_cos_m0_max=None,
+             min_probe_gain=0.05, max_probe_gain=None, late_gain_claim=None,
+             stale_cos_m099_min=None, stale_cos_m0_max=None,
              sweep_claims=None, shuffle_loss_gap_max=None,
              fingerprint_max=None, loss_climb_tol=None,
              train_limit=None, probe_train=10000, probe_test=10000, dataset="cifar10"),
 )
-# the K = cfg.queue arm of the queue sweep is the main run, read at step sweep_steps
+# the main run is the K = cfg.queue point of the queue sweep; it is seed cfg.seeds[0]
 assert cfg.queue in cfg.sweep_queues and cfg.sweep_steps % cfg.probe_every == 0
+assert cfg.seeds[0] == cfg.seed and len(cfg.seeds) >= 3
 assert cfg.stale_steps <= cfg.sweep_steps <= cfg.steps
 device = setup(SCALE, seed=cfg.seed)
 train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=device,
@@ -395,18 +399,20 @@ class CopyAt(Callback):
             self.copy = copy.deepcopy(self.model)
 
 
-def train_moco(steps, *, probe=True, snapshots=True, copy_at=None, **arm):
-    """One arm: build (same seed), train `steps` steps on the same batches and augmentations;
-    `copy_at`: also keep a copy of the model after that many steps (as "model_at")."""
-    mm = build_moco(**arm)
+def train_moco(steps, *, probe=True, snapshots=True, copy_at=None, seed=cfg.seed,
+               probe_every=cfg.probe_every, **arm):
+    """One arm: build, train `steps` steps on the batches and augmentations of `seed` (the same
+    for every arm of one seed); `copy_at`: also keep a copy of the model after that many steps
+    (as "model_at"); probes every `probe_every` steps and at the end."""
+    mm = build_moco(seed=seed, **arm)
     o = torch.optim.AdamW(mm.query_encoder.parameters(), lr=cfg.lr, weight_decay=1e-4)
     snaps = KeySnapshots(mm, fixed, until=cfg.stale_steps if snapshots else 0)
     keep = [CopyAt(mm, copy_at)] if copy_at else []
-    watch = [EvalEvery(cfg.probe_every, lambda: {**probe_encoder(mm.encoder, probe_train, test),
+    watch = [EvalEvery(probe_every, lambda: {**probe_encoder(mm.encoder, probe_train, test),
                                                  **query_geometry(mm)})] if probe else []
-    h = fit(make_step(mm, o, augment=augment, generator=torch.Generator().manual_seed(cfg.seed)),
-            train.batches(cfg.batch, seed=cfg.seed, with_ids=True), steps=steps,
-            callbacks=[snaps, *watch, *keep], desc=f"MoCo {arm or 'main'}")
+    h = fit(make_step(mm, o, augment=augment, generator=torch.Generator().manual_seed(seed)),
+            train.batches(cfg.batch, seed=seed, with_ids=True), steps=steps,
+            callbacks=[snaps, *watch, *keep], desc=f"MoCo {arm or 'main'}, seed {seed}")
     return dict(model=mm, history=h, snaps=snaps, model_at=keep[0].copy if keep else None)
 
 
@@ -418,8 +424,9 @@ def probe_at(run, step):
 random_probe = probe_encoder(build_moco().encoder, probe_train, test)
 main = train_moco(cfg.steps, copy_at=cfg.sweep_steps)   # its copy at sweep_steps: the shuffle arm's twin
 m0 = train_moco(cfg.stale_steps, probe=False, momentum=0.0)
-sweep = {K: (main if K == cfg.queue else train_moco(cfg.sweep_steps, snapshots=False, queue=K))
-         for K in cfg.sweep_queues}
+# the main recipe from the other seeds, probed half-way and at the end: the probe claims' pairs
+reseeded = {s: train_moco(cfg.steps, snapshots=False, seed=s, probe_every=cfg.sweep_steps)
+            for s in cfg.seeds[1:]}
 unshuffled = train_moco(cfg.sweep_steps, snapshots=False, shuffle_keys=False)
 
 # %% [markdown]
@@ -497,36 +504,62 @@ if cfg.loss_climb_tol is not None:
 # minutes are too short to reach the paper's failure, so we do not claim it.
 
 # %% [markdown]
-# ### Experiment: probe against random init
+# ### Experiment: probe against random init, from several seeds
+#
+# The same recipe (m = 0.99, K = `cfg.queue`, `cfg.steps` steps) from each seed in `cfg.seeds`;
+# seed s has its own initial weights, batches and views, and its own floor: the same encoder at
+# random init, probed untouched (the kit's one random-init baseline, as in lessons 05 and 13 and
+# the SSL benchmark). Each claim is a paired difference over the seeds, decided by its 95%
+# interval (`course_utils.compare`; one test image is the smallest difference a probe can show).
 
 # %%
-final_probe = main["history"].evals[-1]
-show_table([{"encoder": "random init", **random_probe},
-            {"encoder": f"MoCo m=0.99, {cfg.steps} steps", "linear": final_probe["linear"], "knn": final_probe["knn"]}])
-moco_gain = final_probe["linear"] - random_probe["linear"]
-print(f"linear probe gain of MoCo (m=0.99) over random init after {cfg.steps} steps: {100 * moco_gain:+.1f} points; "
-      "along the run: " + ", ".join(f"step {e['step']}: {100 * (e['linear'] - random_probe['linear']):+.1f}"
-                                    for e in main["history"].evals))
-print("kNN probe along the run: " + ", ".join(f"step {e['step']}: {100 * e['knn']:.1f}%" for e in main["history"].evals)
+runs = {cfg.seed: main, **reseeded}
+floors = {s: (random_probe if s == cfg.seed else
+              probe_encoder(build_moco(seed=s).encoder, probe_train, test))["linear"] for s in cfg.seeds}
+half = {s: probe_at(r, cfg.sweep_steps)["linear"] for s, r in runs.items()}
+final = {s: r["history"].evals[-1]["linear"] for s, r in runs.items()}
+one_image = 1 / len(test.labels)
+moco_vs_init = compare_paired(final, floors, (f"MoCo after {cfg.steps} steps", "random init"),
+                              resolution=one_image)
+late_vs_early = compare_paired({s: final[s] - half[s] for s in cfg.seeds},
+                               {s: half[s] - floors[s] for s in cfg.seeds},
+                               (f"gain over steps {cfg.sweep_steps + 1}-{cfg.steps}",
+                                f"gain over steps 1-{cfg.sweep_steps}"), resolution=one_image)
+moco_gain = moco_vs_init.mean
+show_table([{"seed": s, "random init": floors[s], f"linear @ {cfg.sweep_steps}": half[s],
+             f"linear @ {cfg.steps}": final[s]} for s in cfg.seeds])
+print(moco_vs_init.describe(scale=100, unit=" points"))
+print(late_vs_early.describe(scale=100, unit=" points"))
+print(f"kNN probe along seed {cfg.seed}'s run (one run, printed only): "
+      + ", ".join(f"step {e['step']}: {100 * e['knn']:.1f}%" for e in main["history"].evals)
       + f" (random init {100 * random_probe['knn']:.1f}%)")
 if cfg.min_probe_gain is not None:
-    print(f"Asserted below: linear gain between {100 * cfg.min_probe_gain:.0f} and "
-          + (f"{100 * cfg.max_probe_gain:.0f}" if cfg.max_probe_gain is not None else "any") + " points.")
+    print(f"Asserted below: MoCo above its random init by the interval, a mean gain between "
+          f"{100 * cfg.min_probe_gain:.0f} and "
+          + (f"{100 * cfg.max_probe_gain:.0f}" if cfg.max_probe_gain is not None else "any") + " points"
+          + ("; and the second half of the run adding more than the first." if cfg.late_gain_claim else "."))
 
 # %%
 if cfg.min_probe_gain is not None:      # CI trains a handful of steps: nothing to claim there
+    assert moco_vs_init.verdict == " > ".join(moco_vs_init.names), moco_vs_init.describe(100, " points")
     assert moco_gain >= cfg.min_probe_gain, \
-        f"MoCo should beat its own random init by >= {100 * cfg.min_probe_gain:.0f} points"
+        f"MoCo should beat its own random init by >= {100 * cfg.min_probe_gain:.0f} points on average"
 if cfg.max_probe_gain is not None:
-    assert moco_gain <= cfg.max_probe_gain, "the gain printed above is the one this preset expects"
+    assert moco_gain <= cfg.max_probe_gain, "the mean gain printed above is the one this preset expects"
+if cfg.late_gain_claim:                 # a preset whose seeds resolve it: the second half adds more
+    assert late_vs_early.verdict == " > ".join(late_vs_early.names), late_vs_early.describe()
 
 # %% [markdown]
-# The assert above is the claim this scale can back: MoCo (m = 0.99) beats the same encoder at
-# random init by at least `min_probe_gain` on the linear probe after `cfg.steps` steps (CI trains
-# too few steps to claim anything). The printed curve is this run's, not a typed figure: the gain
-# comes late — at step `sweep_steps`, half-way, it is less than half the final gain (asserted
-# below). A hypothesis for why, not measured here: while the encoder is nearly random its keys
-# are nearly random too, and the queue adds little that the query can use.
+# The first assert is the claim this scale can back: over the seeds of `cfg.seeds`, MoCo
+# (m = 0.99) beats the same encoder at random init, decided by the interval, by at least
+# `min_probe_gain` on average after `cfg.steps` steps (CI trains too few steps to claim
+# anything). One seed alone would mislead: the table shows how far apart the seeds land, which is
+# why three were not enough to resolve it and the default preset runs five. The second comparison
+# asks when the gain arrives, seed by seed: what the second half of the run adds against what the
+# first half did. Its verdict is printed above and is not asserted unless a preset sets
+# `late_gain_claim` (a null is not evidence): read there whether the seeds resolve it. The first
+# seed's curve alone (plotted in the staleness figure) can look as if the gain came late; that is
+# the point of this section: a curve from one seed is an anecdote.
 # A MoCo step is cheaper than a SimCLR step at the same batch: backward over B images plus a
 # forward-only key pass, against backward over 2B views (the FLOP ratio is measured below).
 
@@ -536,60 +569,41 @@ print(f"FLOPs of one MoCo step / one SimCLR step (same batch): {moco_flops_vs_si
       f"{cfg.steps} MoCo steps cost as much compute as {cfg.steps * moco_flops_vs_simclr:.0f} SimCLR steps "
       f"at batch {cfg.batch}; lesson 05 compares the objectives at an equal budget.")
 assert 0.6 < moco_flops_vs_simclr < 0.75, "one backward over B + a key forward ≈ 2/3 of SimCLR's step"
-knn_curve = [e["knn"] for e in main["history"].evals]
-if cfg.min_probe_gain is not None:
-    assert knn_curve[-1] > knn_curve[0] + 0.05, "the encoder keeps improving through the run"
-    half_way_gain = probe_at(main, cfg.sweep_steps)["linear"] - random_probe["linear"]
-    assert half_way_gain < 0.5 * moco_gain, "the gain comes late: under half of it by mid-run"
 
 # %% [markdown]
 # ### Experiment: queue size K — candidates from history, whatever the batch
 #
 # MoCo's central claim is that the number of negatives is set by K, independent of B: the batch
-# stays at `cfg.batch` while K changes. Same initialisation, data, augmentations, optimizer and
-# steps; only K differs. For each K: negatives per anchor, the queue's cache bytes (ledger), the
-# bytes one step keeps for backward (the B×(1+K) logits and the clone of the queue the negatives'
-# gradient needs grow with K), the oldest key's age (K/B steps: computed from the formula, not
-# measured; the staleness experiment measures it for one K), and the probes at step
-# `sweep_steps`.
+# stays at `cfg.batch` while K changes. One step of the main run's model with each K (same
+# weights, batch and views; only K differs): negatives per anchor, the queue's cache bytes
+# (ledger), the bytes one step keeps for backward (the B×(1+K) logits and the clone of the queue
+# the negatives' gradient needs grow with K), and the oldest key's age (K/B steps: computed from
+# the formula, not measured; the staleness experiment measures it for one K).
 
 # %%
 sweep_rows = []
-for K, r in sweep.items():
-    mm = copy.deepcopy(r["model"])          # one extra step on a copy: the run itself is untouched
+for K in cfg.sweep_queues:
+    mm = copy.deepcopy(main["model"])       # one extra step on a copy: the run itself is untouched
+    if K != cfg.queue:                      # the same weights with a queue of K keys
+        mm.queue = FeatureQueue(K, cfg.dim, generator=torch.Generator().manual_seed(cfg.seed)).to(device)
     oo = torch.optim.AdamW(mm.query_encoder.parameters(), lr=cfg.lr)
     ss = make_step(mm, oo, augment=augment, generator=torch.Generator().manual_seed(0))
     rec = measure(lambda: ss((x, None)), model=mm, optimizer=oo, caches=mm.caches, encoders=mm.ledger_encoders)
-    p = probe_at(r, cfg.sweep_steps)
     sweep_rows.append({"K": K, "batch": cfg.batch, "negatives per anchor": K,
                        "max key age = K/B (by construction)": math.ceil(K / cfg.batch), "cache MB": rec.cache_bytes / 1e6,
-                       "activation MB": rec.activation_bytes / 1e6, "log(1+K)": math.log(1 + K),
-                       f"loss, last 50 of {cfg.sweep_steps}": sum(r["history"].series("loss")[cfg.sweep_steps - 50:cfg.sweep_steps]) / 50
-                       if cfg.sweep_steps >= 50 else r["history"].series("loss")[cfg.sweep_steps - 1],
-                       f"linear @ {cfg.sweep_steps}": p["linear"], f"kNN @ {cfg.sweep_steps}": p["knn"],
-                       f"alignment @ {cfg.sweep_steps}": p["alignment"], f"uniformity @ {cfg.sweep_steps}": p["uniformity"]})
+                       "activation MB": rec.activation_bytes / 1e6, "log(1+K)": math.log(1 + K)})
 show_table(sweep_rows)
-fig, axes = plt.subplots(1, 2, figsize=(11, 3))
-for K, r in sweep.items():
-    ev = [e for e in r["history"].evals if e["step"] <= cfg.sweep_steps]
-    axes[0].plot([e["step"] for e in ev], [e["linear"] for e in ev], "o-", label=f"K={K}")
-axes[0].axhline(random_probe["linear"], color="gray", ls=":", label="random init")
-axes[0].set_xlabel("step"); axes[0].set_ylabel("linear probe"); axes[0].legend(fontsize=8)
-axes[1].bar([str(row["K"]) for row in sweep_rows], [row["cache MB"] for row in sweep_rows])
-axes[1].set_xlabel("K"); axes[1].set_ylabel("queue cache MB (ledger)")
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.bar([str(row["K"]) for row in sweep_rows], [row["cache MB"] for row in sweep_rows], label="cache")
+ax.plot([str(row["K"]) for row in sweep_rows], [row["activation MB"] for row in sweep_rows], "ko-",
+        label="kept for backward")
+ax.set_xlabel("K"); ax.set_ylabel("MB (ledger)"); ax.legend(fontsize=8)
 plt.show()
-lin_col = f"linear @ {cfg.sweep_steps}"
-sweep_probes = {row["K"]: row[lin_col] for row in sweep_rows}
-sweep_spread = max(sweep_probes.values()) - min(sweep_probes.values())
-k_small, k_large = min(sweep_probes), max(sweep_probes)
-print(f"At batch {cfg.batch} every anchor gets K negatives: {', '.join(map(str, sweep_probes))}. "
+k_small, k_large = min(cfg.sweep_queues), max(cfg.sweep_queues)
+print(f"At batch {cfg.batch} every anchor gets K negatives: {', '.join(str(r['K']) for r in sweep_rows)}. "
       f"The queue's cache grows {sweep_rows[-1]['cache MB'] / sweep_rows[0]['cache MB']:.0f}x "
       f"({sweep_rows[0]['cache MB']:.2f} to {sweep_rows[-1]['cache MB']:.2f} MB) and the bytes kept for backward "
-      f"{sweep_rows[0]['activation MB']:.2f} to {sweep_rows[-1]['activation MB']:.2f} MB. Linear probe at step "
-      f"{cfg.sweep_steps}: " + ", ".join(f"K={K}: {100 * v:.1f}%" for K, v in sweep_probes.items()) +
-      f" (spread {100 * sweep_spread:.1f} points; K={k_large} minus K={k_small}: "
-      f"{100 * (sweep_probes[k_large] - sweep_probes[k_small]):+.1f}); kNN: "
-      + ", ".join(f"K={row['K']}: {100 * row[f'kNN @ {cfg.sweep_steps}']:.1f}%" for row in sweep_rows) + ".")
+      f"{sweep_rows[0]['activation MB']:.2f} to {sweep_rows[-1]['activation MB']:.2f} MB.")
 
 # the per-key price of a MoCo negative: its cache slot plus what the step keeps for backward per
 # extra key (slope of the activation line over the sweep), against one in-batch view's activations
@@ -603,11 +617,6 @@ print(f"Per extra key a MoCo step keeps {act_per_key:.0f} B for backward (4·(B 
       f"{simclr_per_image / 2 / 1e3:.1f} kB for an in-batch view, {per_negative_ratio:.0f}x (the cache-only ratio "
       f"above was {in_batch_vs_queue:.0f}x). Whole step at K={cfg.queue}: SimCLR's {simclr_for_k / 1e6:.1f} MB against "
       f"MoCo's activations plus cache, {(rec_moco.activation_bytes + rec_moco.cache_bytes) / 1e6:.1f} MB: {whole_step_ratio:.1f}x.")
-print(f"The probes above are one seed per K, and the arms differ in more than K: the queue starts "
-      f"random and a random key survives K/B steps ({', '.join(f'{math.ceil(K / cfg.batch)}' for K in sweep_probes)} "
-      f"of {cfg.sweep_steps}). Accuracy against K: no comparison is made (one seed per arm). The "
-      f"alignment and uniformity columns (Wang & Isola 2020, the diagnostic lesson 13 compares "
-      f"objectives with) are printed for the same reason only: one seed per K, no claim.")
 
 
 # %%
@@ -638,14 +647,12 @@ if cfg.sweep_claims is not None:    # what this budget shows, and what it does n
 # figure of the ledger cell to the per-negative figure printed after the sweep, still over a
 # hundred; over the whole step the saving is the smaller whole-step ratio printed there.
 #
-# What this budget shows about accuracy, said plainly: **no comparison is made.** The probes
-# after `sweep_steps` steps are printed, one seed per K, and the kit's rule for saying one arm
-# beats another needs at least three paired seeds per arm. The arms also differ in more than K:
-# the queue starts filled with random keys, and a key leaves only after K/B steps, so the largest
-# K trains its first steps against more random negatives (the steps are printed). A claim about
-# K would need three seeds per arm and a queue filled before the comparison starts; this lesson
-# spends its minutes elsewhere. The paper's gain from a larger dictionary appears over hundreds of
-# ImageNet epochs with a ResNet-50; we do not reproduce it here.
+# What this lesson does not measure: accuracy against K. A claim about K would need three seeds
+# per K and a queue filled before the comparison starts (a larger K trains its first K/B steps
+# against more random keys, so the arms would differ in more than K); this lesson spends its
+# minutes on several seeds of one K instead, the comparison against random init above. The paper's
+# gain from a larger dictionary appears over hundreds of ImageNet epochs with a ResNet-50; we do
+# not reproduce it here.
 
 # %% [markdown]
 # ### Experiment: shuffle-BN on and off
@@ -1029,9 +1036,11 @@ headline(
     key_cos_at_max_age_m0=fast["cos at max age"],
     key_cos_at_max_age_m099=slow["cos at max age"],
     shuffled_bn_overlap=overlaps.mean().item(),
-    probe_random_init=random_probe["linear"],
-    probe_moco=final_probe["linear"],
-    sweep_probe_spread=sweep_spread,
+    probe_random_init_mean=sum(floors.values()) / len(floors),
+    probe_moco_mean=sum(final.values()) / len(final),
+    moco_gain_points_mean=100 * moco_gain,
+    moco_gain_verdict=moco_vs_init.verdict,
+    late_gain_verdict=late_vs_early.verdict,
     shuffle_off_loss_lower_by=shuffle_loss_gap,
     shuffle_off_probe_diff=shuffle_probe_gap,
 )

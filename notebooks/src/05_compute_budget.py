@@ -41,7 +41,8 @@ from course_utils.ledger import measure, utilisation
 from course_utils.models import MLP, Attention, ProjectionHead, SmallResNet, ViT, count_parameters
 from course_utils.objectives import MAE, MoCo, SimCLR, Supervised, make_step
 from course_utils.report import headline, show_table
-from course_utils.runtime import core_seconds as cpu_core_seconds, setup
+from course_utils import runtime
+from course_utils.runtime import setup
 from course_utils.scales import config
 from course_utils.train import TrainState, fit
 
@@ -146,7 +147,7 @@ def core_seconds():
     machine's wall-clock, not the wall-clock itself. It undercounts wherever an op runs on fewer
     threads than torch has, and on a crowded machine threads waiting for each other burn CPU time
     that counts, most for steps made of many small ops. Read it as a cost ranking, not a stopwatch."""
-    return cpu_core_seconds() if device.type == "cpu" else time.perf_counter()
+    return runtime.core_seconds() if device.type == "cpu" else time.perf_counter()
 
 
 class UpdateClock:

@@ -67,8 +67,10 @@ print(device, cfg.example)
 # and the activations the forward pass keeps until backward, which grow with batch × sequence.
 
 # %%
-gpt2 = memory.transformer_memory(12, 768, 12, 50257, 1024, 8, optimizer="adamw", precision="bf16-mixed")
-gpt2_params = tinygpt_param_count(12, 768, 50257, 1024)
+small = memory.PRESETS["GPT-2 small (124M)"]   # 12 layers of width 768, 12 heads
+gpt2 = memory.transformer_memory(small["layers"], small["hidden"], small["heads"], 50257, 1024, 8,
+                                 optimizer="adamw", precision="bf16-mixed")
+gpt2_params = tinygpt_param_count(small["layers"], small["hidden"], 50257, 1024)
 print(f"GPT-2 small: {gpt2_params / 1e6:.0f} M parameters, {gpt2['params'] / GiB:.2f} GiB of bf16 weights")
 show_table([{"line": k, "GiB": round(v / GiB, 2)} for k, v in gpt2.items()])
 print(f"the bf16 weights are {gpt2['params'] / gpt2['total']:.0%} of the predicted total")

@@ -35,16 +35,17 @@ from tqdm.auto import tqdm
 from course_utils.exercises import check_close, check_equal
 from course_utils.ledger import fake_mode, fake_world, measure, utilisation
 from course_utils.experiments.training_memory import recompute_tradeoff
-from course_utils.experiments.planning import assumptions as plan_assumptions, fsdp_gathered_bytes
+from course_utils.experiments.planning import assumptions, fsdp_gathered_bytes
 from course_utils.experiments.planning import (gathered_negatives_ledger, gpt_ledger, ledger_lines, plan_run,
                                       resnet50_encoder, ssl_ledger, vit_large_16)
-from course_utils.models import SmallResNet
+from course_utils.models import GPT_SHAPES, SmallResNet
 from course_utils.plots import planner_widget
 from course_utils.report import headline, show_table
 from course_utils.runtime import setup
 from course_utils.scales import config
 
-GPT_7B = dict(hidden=4096, heads=32, vocab=32000, seq=4096, batch=1)
+GPT_7B = dict(hidden=GPT_SHAPES["GPT 7B"]["hidden"], heads=GPT_SHAPES["GPT 7B"]["heads"],
+              vocab=32000, seq=4096, batch=1)
 cfg = config(
     SCALE,
     # CI: the same code on smaller images and a 2-layer slice of the 7B model (published-figure
@@ -280,8 +281,8 @@ show_table([{"strategy": s, "GPUs": n, "recompute": r, "resident GB": rec.reside
              "TFLOP/step": rec.flops / 1e12, "sent GB/step": rec.comm_bytes / 1e9,
              "fits 80 GB": needs_gpt(s, rec) <= MARGIN * GPU_BYTES, "CPU s": rec.cpu_seconds}
             for (s, n, r), rec in gpt.items()])
-for line in plan_assumptions(True, "fsdp", "bf16-mixed", "sdpa") + \
-        plan_assumptions(True, "ddp", "bf16-mixed", "sdpa")[1:2]:
+for line in assumptions(True, "fsdp", "bf16-mixed", "sdpa") + \
+        assumptions(True, "ddp", "bf16-mixed", "sdpa")[1:2]:
     print("assumes", line)
 eager_over_sdpa = eager.activation_bytes / gpt["fsdp", n0, "none"].activation_bytes
 print(f"eager attention instead (FSDP2 ×{n0}, no recomputation): {eager.activation_bytes / 1e9:.1f} GB "

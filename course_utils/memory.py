@@ -170,9 +170,16 @@ def tinygpt_activation_bytes(layers: int, hidden: int, heads: int, vocab: int, s
     if autocast is not None:
         head -= 2 * seq * batch * hidden
     if autocast == "cuda":
-        head += 2 * seq * batch * vocab
+        head += cuda_autocast_logit_bytes(seq, batch, vocab)
     return layers * tinygpt_layer_activation_bytes(seq, batch, hidden, heads, recompute,
                                                     autocast) + head
+
+
+def cuda_autocast_logit_bytes(seq: int, batch: int, vocab: int) -> int:
+    """What CUDA autocast keeps for backward beyond a CPU autocast run of the same step: two
+    bytes per logit, 2·sbv (measured on an H200, benchmarks/gpu_runs/2026-12-04_h200_run1.json;
+    the op that keeps them was not identified). The planner adds it to a CPU-measured plan."""
+    return 2 * seq * batch * vocab
 
 
 def head_activation_bytes(seq: int, batch: int, hidden: int, vocab: int, precision: str) -> int:

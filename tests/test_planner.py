@@ -110,3 +110,19 @@ def test_sdpa_keeps_no_attention_scores():
         return (kept[kind, 256] - kept[kind, 128]) / (kept[kind, 128] - kept[kind, 64])
     assert growth_ratio("sdpa") == pytest.approx(2, rel=1e-3)
     assert growth_ratio("eager") > 2.5
+
+
+def test_a_gpt_plan_under_cuda_autocast_books_the_logits_a_gpu_keeps():
+    """CUDA autocast keeps 2 bytes per logit that the CPU-measured step does not (an H200 run,
+    memory.cuda_autocast_logit_bytes): the plan adds them under DDP's autocast, not in fp32 and
+    not under FSDP2's policy, where they were not measured."""
+    from course_utils.memory import cuda_autocast_logit_bytes
+    seq, batch = 128, 1
+    ddp = plan_run("GPT 1.3B", per_device_batch=batch, devices=2, strategy="ddp", size=seq)
+    assert ddp["cuda_logit_bytes"] == cuda_autocast_logit_bytes(seq, batch, 32000) == 2 * seq * 32000
+    rec = ddp["record"]
+    assert ddp["needed_bytes"] == rec.resident_bytes + rec.activation_bytes + ddp["cuda_logit_bytes"]
+    assert any("2 bytes per logit" in line for line in ddp["assumptions"])
+    fp32 = plan_run("GPT 1.3B", per_device_batch=batch, devices=2, strategy="ddp", size=seq,
+                    precision="fp32")
+    assert fp32["cuda_logit_bytes"] == 0

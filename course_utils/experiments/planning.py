@@ -24,7 +24,7 @@ from ..distributed.data_parallel import nt_xent_local_with_global_negatives
 from ..distributed.sharding import MixedPrecisionPolicy, fully_shard
 from ..ledger import fake_mode, fake_world, measure
 from ..ledger.comm_count import allreduce_mean_hook
-from ..memory import PRECISIONS
+from ..memory import PRECISIONS, cuda_autocast_logit_bytes
 from ..models import ViT
 from ..models.heads import ProjectionHead
 from ..objectives import MAE, MoCo, SimCLR, make_step
@@ -261,7 +261,10 @@ def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str =
     """Measure one step of ``model`` (``PLANNED_MODELS``) on fake tensors and ``devices`` fake
     ranks; return the per-device ledger ``record``, ``gathered_bytes`` (FSDP: the full 16-bit
     parameters of the root and of two blocks, the one computing and the one prefetched; counted,
-    not measured), ``needed_bytes`` (resident + kept for backward + gathered), ``fits``,
+    not measured), ``cuda_logit_bytes`` (GPT under CUDA autocast, DDP or one device: the 2 bytes
+    per logit a GPU run keeps and the CPU-measured step does not, ``memory.
+    cuda_autocast_logit_bytes``), ``needed_bytes`` (resident + kept for backward + gathered +
+    those), ``fits``,
     ``margin_bytes`` (device_bytes − needed), ``step_seconds`` = FLOPs / (peak × MFU) per device
     and ``assumptions``, the sentences to print beside the plan.
 
@@ -279,7 +282,7 @@ def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str =
                          f"plan {model} with recompute='none'")
     precision = precision or ("bf16-mixed" if gpt else "fp32")
     strategy = strategy if devices > 1 else "single"
-    gathered = 0
+    gathered = cuda_logits = 0
     with fake_world(max(devices, 2)) as mesh, fake_mode():   # one device: no collectives issued
         if gpt:
             shape = GPT_SIZES[model]
@@ -290,12 +293,15 @@ def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str =
             if strategy == "fsdp":
                 gathered = fsdp_gathered_bytes(hidden=shape["hidden"], vocab=32000,
                                                seq=size or 4096, precision=precision)
+            elif precision != "fp32":   # measured on CUDA, absent from the CPU-autocast run
+                cuda_logits = cuda_autocast_logit_bytes(size or 4096, per_device_batch, 32000)
         else:
             record = ssl_ledger(SSL_MODELS[model], per_device_batch, image_size=size or 224,
                                 ddp=devices > 1, queue_size=queue_size, mask_ratio=mask_ratio,
                                 optimizer=optimizer, precision=precision)
-    needed = record.resident_bytes + record.activation_bytes + gathered
-    return {"record": record, "gathered_bytes": gathered, "needed_bytes": needed,
+    needed = record.resident_bytes + record.activation_bytes + gathered + cuda_logits
+    return {"record": record, "gathered_bytes": gathered, "cuda_logit_bytes": cuda_logits,
+            "needed_bytes": needed,
             "fits": needed <= device_bytes, "margin_bytes": device_bytes - needed,
             "step_seconds": record.flops / (peak_flops * mfu),
             "assumptions": assumptions(gpt, strategy, precision, attention)}
@@ -327,7 +333,8 @@ def assumptions(gpt: bool, strategy: str, precision: str, attention: str) -> lis
                     "block, fp32 gradient reduce-scatter, fp32 sharded state), no autocast")
     else:
         said.append(f"precision: CUDA autocast {precision[:4]} (softmax fp32), fp32 state; the "
-                    "16-bit weight copies it makes are kept for backward")
+                    "16-bit weight copies it makes are kept for backward, and 2 bytes per logit "
+                    "that CUDA autocast keeps and a CPU run does not (measured on an H200)")
     said.append("not counted: allocator caching and fragmentation, kernel workspaces, "
                 "temporaries freed inside one op, communication buffers"
                 + (", one block's unsharded gradients before their reduce-scatter" if strategy == "fsdp" else ""))

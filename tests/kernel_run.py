@@ -18,7 +18,8 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError
 
-CELL_TIMEOUT = 600   # seconds; a ci-scale cell takes seconds, a busy machine's a minute or two
+CELL_TIMEOUT = 240   # seconds; a ci-scale cell takes seconds, a busy machine's a minute or two;
+                     # a lost message (below) then costs 4 minutes, not 10
 
 
 def execute(nb: nbformat.NotebookNode, cwd: Path, *, timeout: int = CELL_TIMEOUT) -> nbformat.NotebookNode:

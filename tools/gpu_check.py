@@ -64,6 +64,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
+from course_utils.runtime import DEVICE_VAR  # noqa: E402 - the one name of $COURSE_DEVICE
+
 SECTIONS = ("workers", "script", "memory", "lessons", "benchmark")
 # what has not yet passed on a GPU first (benchmarks/gpu_runs/: 02 failed on a device bug, fixed
 # since; 05 and 04 were stopped by time; 03 and 13 never ran), 04 last of those (its gpu preset is
@@ -253,7 +255,7 @@ def check_lessons(scale: str, out_dir: Path, deadline: float, lessons=LESSONS,
     for prefix in lessons:
         nb = next((ROOT / "notebooks").glob(f"{prefix}_*.ipynb"))
         row = {"lesson": nb.stem, "scale": scale,
-               "device": os.environ.get("COURSE_DEVICE") or ("cuda" if scale == "gpu" else "cpu")}
+               "device": os.environ.get(DEVICE_VAR) or ("cuda" if scale == "gpu" else "cpu")}
         if time.monotonic() > deadline:
             row.update(status="skipped", why=BUDGET_SKIP)
             rows.append(row)
@@ -493,7 +495,7 @@ def main(argv=None) -> int:
             results["lessons"] = rows
             progress()
         if lesson_scale(args) == "ci" and not args.smoke:
-            os.environ["COURSE_DEVICE"] = "cuda"   # the lessons' kernels inherit it
+            os.environ[DEVICE_VAR] = "cuda"   # the lessons' kernels inherit it
         results["lessons"] = check_lessons(lesson_scale(args), out_dir, deadline,
                                            lessons, lesson_progress)
         ok &= all(r["status"] != "failed" for r in results["lessons"])

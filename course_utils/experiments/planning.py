@@ -13,7 +13,6 @@ import warnings
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torchvision.models import resnet50
@@ -27,9 +26,9 @@ from ..ledger.comm_count import allreduce_mean_hook
 from ..memory import PRECISIONS, cuda_autocast_logit_bytes
 from ..models import ViT
 from ..models.heads import ProjectionHead
+from ..models.transformer import GPT_SHAPES, TinyGPT, tinygpt_param_count
 from ..objectives import MAE, MoCo, SimCLR, make_step
 from ..optim import make_optimizer
-from ..models.transformer import GPT_SHAPES, TinyGPT, tinygpt_param_count
 
 # precision -> the autocast dtype of the forward. Autocast keeps fp32 parameters, gradients and
 # optimizer state (4 + 4 bytes per parameter + the optimizer's copies) and casts weights per op,

@@ -7,8 +7,9 @@ Issue 28: a 65B-class step (LLaMA-65B's shape: 80 layers of width 8192, 64 heads
 64.7 B parameters) over 1,024 fake ranks within the same 60 CPU-s and 2 GiB. Then how the cost
 grows with layers and with ranks.
 
-Each configuration runs in a fresh process (``--one``), so its peak RSS is its own, imports
-included; time is that process's CPU time for building and measuring (imports excluded).
+In a full run each configuration runs in a fresh process (``--one``), so its peak RSS is its own,
+imports included; time is that process's CPU time for building and measuring (imports excluded).
+A quick run (``--quick``, the test suite's) measures its small configurations in one process.
 """
 from __future__ import annotations
 
@@ -52,9 +53,10 @@ def measure_one(config: dict) -> dict:
             "activation_gb": rec.activation_bytes / 1e9, "comm_gb": rec.comm_bytes / 1e9}
 
 
-def in_fresh_process(config: dict) -> dict:
+def in_fresh_process(configs: list[dict]) -> list[dict]:
+    """Measure ``configs`` one after another in one new process (peak RSS is then the largest)."""
     root = Path(__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, __file__, "--one", json.dumps(config)], cwd=root,
+    out = subprocess.run([sys.executable, __file__, "--one", json.dumps(configs)], cwd=root,
                          capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "PYTHONPATH": str(root)})
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -73,10 +75,15 @@ def run(quick: bool = False) -> dict:
                **{f"ranks {n}": dict(kind="gpt", layers=layers[-1] // 2 or 1, ranks=n) for n in ranks},
                **headline}
     # each distinct configuration runs once (the headline 7B step is also the deepest layers
-    # point), two processes at a time: each reports its own CPU time and peak RSS
-    distinct = list({json.dumps(c, sort_keys=True) for c in configs.values()})
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        measured = dict(zip(distinct, pool.map(lambda c: in_fresh_process(json.loads(c)), distinct)))
+    # point); a full run gives each its own process, two at a time, so that each reports its own
+    # CPU time and peak RSS; a quick run (a smoke test of this file) measures all in one process
+    distinct = sorted({json.dumps(c, sort_keys=True) for c in configs.values()})
+    if quick:
+        measured = dict(zip(distinct, in_fresh_process([json.loads(c) for c in distinct])))
+    else:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            measured = dict(zip(distinct, pool.map(
+                lambda c: in_fresh_process([json.loads(c)])[0], distinct)))
     got = {name: measured[json.dumps(c, sort_keys=True)] for name, c in configs.items()}
     results = {name: got[name] for name in headline}
     by_layers = [got[f"layers {n}"] for n in layers]
@@ -91,7 +98,7 @@ def run(quick: bool = False) -> dict:
 
 if __name__ == "__main__":
     if "--one" in sys.argv:
-        print(json.dumps(measure_one(json.loads(sys.argv[sys.argv.index("--one") + 1]))))
+        print(json.dumps([measure_one(c) for c in json.loads(sys.argv[sys.argv.index("--one") + 1])]))
         sys.exit(0)
     sys.path.insert(0, str(Path(__file__).parent))
     from run import run_one

@@ -11,9 +11,14 @@ the module's fixture calls :func:`result`, which waits for its own and returns w
 Why: those runs spend their time starting processes and kernels while the rest of the suite uses
 about one of the two cores; beside it they cost the suite little wall time. One lane, not one
 thread each, so that the grading runs' time limits are not tested against five runs at once.
+
+Under pytest-xdist (``make test`` runs ``-n 2 --dist loadfile``) there is no lane: each of these
+modules runs its long part in its own fixture, on the worker its file went to, and the two workers
+keep both cores busy. The lane's modules, then the files ``WEIGHT`` lists, go out first.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -30,6 +35,19 @@ LANE = ("test_grading_sandbox", "test_assignments", "test_distributed_train", "t
 _RUNS = pytest.StashKey[dict]()
 _PROCESSES: list[subprocess.Popen] = []
 TIMES: dict[str, float] = {}  # module name -> seconds its run took (the suite's summary shows them)
+
+
+# seconds a file takes at ci scale (a fresh-clone run's --durations), for xdist's order: the files
+# that take longest start first; unlisted files are quick
+WEIGHT = {"05_compute_budget": 40, "02_simclr": 30, "10_checkpoint_resume": 30, "03_moco": 25,
+          "04_mae": 20, "11_plan_the_real_run": 20, "13_no_negatives": 15, "test_browser": 35,
+          "test_benchmarks": 45, "test_planner": 35, "test_fake_paper_scale": 25,
+          "test_fake_world": 25, "test_student_editions": 15}
+
+
+def under_xdist() -> bool:
+    """Whether this process is an xdist worker (``pytest -n N``)."""
+    return "PYTEST_XDIST_WORKER" in os.environ
 
 
 def order(module_name: str) -> int:

@@ -2,6 +2,7 @@
 and the long runs started in the background when the suite starts (tests/background.py)."""
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -10,6 +11,10 @@ import pytest
 
 import background
 
+# jsonschema (under nbformat, nbclient and otter) imports rfc3987_syntax, when installed, only to
+# check the "iri" string format that no notebook schema uses; building its grammar costs each
+# process of the suite ~1.7 s of CPU (tools/grade_stages.py skips it in graded kernels the same way)
+sys.modules.setdefault("rfc3987_syntax", None)
 matplotlib.use("Agg")
 os.environ.setdefault("COURSE_SCALE", "ci")
 
@@ -41,18 +46,29 @@ def dist(tmp_path_factory, sources) -> dict:
 
 
 def pytest_collection_modifyitems(items):
-    """The tests that wait for a background run go last, in the lane's order, so that the runs
-    overlap everything else (tests/background.py)."""
+    """Alone, the tests that wait for a background run go last, in the lane's order, so that the
+    runs overlap everything else (tests/background.py). Under xdist (``-n 2 --dist loadfile``)
+    there is no lane: each file is one unit of work, handed to whichever worker is free, and the
+    longest go first so that neither worker is left with a long file at the end."""
     def waits(item):
         module = getattr(item, "module", None)
         if not hasattr(module, "start_in_background"):
             return (0, 0)
         return (1, background.order(module.__name__))
-    items.sort(key=waits)
+
+    def longest_first(item):
+        module = getattr(item, "module", None)
+        name = module.__name__ if module is not None else Path(str(item.fspath)).stem
+        return (background.order(name) if name in background.LANE else len(background.LANE),
+                -background.WEIGHT.get(name, 0))
+    items.sort(key=longest_first if background.under_xdist() else waits)
 
 
 def pytest_collection_finish(session):
-    """Prepare each selected module's background run, then start the lane (tests/background.py)."""
+    """Prepare each selected module's background run, then start the lane (tests/background.py);
+    under xdist each module's run happens in its own test, on its worker."""
+    if background.under_xdist():
+        return
     work, seen = {}, set()
     for item in session.items:
         module = getattr(item, "module", None)

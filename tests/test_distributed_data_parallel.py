@@ -69,7 +69,10 @@ def test_gathered_simclr_negatives_equal_single_process_large_batch(ranks):
         # Per-rank negatives: a smaller, easier problem with a different gradient.
         assert s["per_rank"]["loss"] < s["loss_single"] - 0.1
         assert s["per_rank"]["grad_diff"] > 1e-3
-        assert s["candidates_single"] == 2 * s["candidates_per_rank"] + 1
+        # counted from the logits each loss was computed on: 2B−1 per rank, 2nB−1 gathered
+        n = len(ranks)
+        assert s["gathered"]["candidates"] == s["candidates_single"] \
+            == n * (s["per_rank"]["candidates"] + 1) - 1
         assert s["matches_torch_all_gather"]
 
 

@@ -40,7 +40,8 @@ SAMPLE = "98_sample"
 QUESTIONS = ["q1_param_bytes", "q2_adam_ratio", "q3_variant_resident_bytes"]
 VARIANTS = dict(d_in=(8, 16, 24, 32, 48), d_out=(4, 3, 5, 6, 7))  # as in tests/fixtures/98_sample.py
 SCRATCH_BYTES = 256 * 2**20  # the sandboxes' in-memory scratch in this run (default 2 GiB)
-TIMEOUT = 45  # seconds per submission: an honest one takes about 10 alone, 15 beside the rest of the suite
+TIMEOUT = 36  # seconds per submission: an honest one takes about 9 alone, 15 beside the rest of the
+# suite; the infinite loop and the fork bomb burn a core each for all of it
 
 # file name -> what it may end as (status, total). The older hostile notebooks answer alice's first
 # two questions (3 points) or nothing; each newer one says its real answers in its first cell.

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from course_utils.distributed.collectives import all_gather_no_grad, all_gather_with_grad
 from course_utils.ledger.comm_count import allreduce_mean_hook
@@ -237,11 +238,34 @@ def batchnorm_boundary(rank: int, world_size: int, cfg: dict | None = None) -> d
     return result
 
 
+class _CrossEntropyLogits(TorchFunctionMode):
+    """Keeps the logits ``F.cross_entropy`` was called with, so that a worker can count the
+    candidates each anchor was actually scored against, not restate the formula."""
+
+    def __init__(self):
+        super().__init__()
+        self.logits: torch.Tensor | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is F.cross_entropy:
+            self.logits = args[0].detach()
+        return func(*args, **(kwargs or {}))
+
+
+def _loss_and_candidates(loss_fn, *args, **kwargs) -> tuple[torch.Tensor, int]:
+    """``loss_fn(*args)`` and the number of candidates anchor 0 was scored against: the finite
+    entries of its row of logits (its positive and its negatives; itself is masked to −inf)."""
+    with _CrossEntropyLogits() as seen:
+        loss = loss_fn(*args, **kwargs)
+    return loss, int(torch.isfinite(seen.logits[0]).sum().item())
+
+
 def simclr_negatives(rank: int, world_size: int, cfg: dict | None = None) -> dict:
     """SimCLR with negatives per rank vs gathered from all ranks (with gradient) vs one process.
 
-    Encoder f = the MLP; two "views" = two noisy copies of the inputs. Returns the losses and the
-    max |grad − grad_single| for both variants; the gathered one equals the large batch.
+    Encoder f = the MLP; two "views" = two noisy copies of the inputs. Returns the losses, the
+    max |grad − grad_single| and the candidates per anchor (counted from the logits each loss
+    scored) for both variants; the gathered one equals the large batch.
     """
     c = settings(cfg, DEFAULTS)
     device, dtype = worker_device(), getattr(torch, c.dtype)
@@ -252,23 +276,20 @@ def simclr_negatives(rank: int, world_size: int, cfg: dict | None = None) -> dic
         return make_mlp(c.in_dim, c.hidden, c.out_dim, seed=c.seed, dtype=dtype).to(device)
 
     single = make()
-    loss_single = nt_xent_loss(single(view1), single(view2), c.temperature)
+    loss_single, candidates_single = _loss_and_candidates(nt_xent_loss, single(view1),
+                                                          single(view2), c.temperature)
     loss_single.backward()
-    result = {"loss_single": loss_single.item(), "candidates_single": 2 * n * b - 1,
-              "candidates_per_rank": 2 * b - 1}
+    result = {"loss_single": loss_single.item(), "candidates_single": candidates_single}
     v1, v2 = shard(view1, rank, n), shard(view2, rank, n)
-    for variant in ("per_rank", "gathered"):
+    for variant, loss_fn in (("per_rank", nt_xent_loss),
+                             ("gathered", nt_xent_local_with_global_negatives)):
         model = make()
-        z1, z2 = model(v1), model(v2)
-        if variant == "gathered":
-            loss = nt_xent_local_with_global_negatives(z1, z2, c.temperature)
-        else:
-            loss = nt_xent_loss(z1, z2, c.temperature)
+        loss, candidates = _loss_and_candidates(loss_fn, model(v1), model(v2), c.temperature)
         loss.backward()
         average_gradients(model)
         mean_loss = loss.detach().clone()
         dist.all_reduce(mean_loss)
-        result[variant] = {"loss": (mean_loss / n).item(),
+        result[variant] = {"loss": (mean_loss / n).item(), "candidates": candidates,
                            "grad_diff": (flat_grads(model) - flat_grads(single)).abs().max().item(),
                            "grad_scale": flat_grads(single).abs().max().item()}
     # Our all-gather-with-grad agrees with torch's own differentiable all_gather.

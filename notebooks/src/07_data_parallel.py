@@ -301,11 +301,14 @@ sim = launch(lesson.simclr_negatives, cfg.ranks, cfg.dp)
 moco = launch(lesson.moco_queue_from_all_ranks, cfg.ranks, cfg.dp)
 show_table([{"variant": v, "max |out − large batch|": bn[0][v]["output_diff"],
              "max |grad − large batch|": bn[0][v]["grad_diff"]} for v in ("per_rank_bn", "synced_bn")])
-show_table([{"SimCLR negatives": v, "candidates per anchor": sim[0][f"candidates_{k}"],
+show_table([{"SimCLR negatives": v, "candidates per anchor": sim[0][v]["candidates"],
              "loss": sim[0][v]["loss"], "max |grad − large batch|": sim[0][v]["grad_diff"]}
-            for v, k in (("per_rank", "per_rank"), ("gathered", "single"))])
+            for v in ("per_rank", "gathered")]
+           + [{"SimCLR negatives": "one process, whole batch", "candidates per anchor":
+               sim[0]["candidates_single"], "loss": sim[0]["loss_single"],
+               "max |grad − large batch|": 0.0}])
 print(f"chance level of the gathered loss, log(2nB − 1) for n ranks of B images: "
-      f"{torch.log(torch.tensor(float(sim[0]['candidates_single']))):.4f}")
+      f"{torch.log(torch.tensor(float(sim[0]['gathered']['candidates']))):.4f}")
 owners = sorted(set((moco[0]["shared_ids"][moco[0]["shared_ids"] >= 0] // 1000).tolist()))
 same_queue = torch.equal(moco[0]["shared_keys"], moco[1]["shared_keys"])
 print(f"rank 0's shared queue holds keys from ranks {', '.join(map(str, owners))}; "
@@ -316,6 +319,10 @@ print(f"rank 0's shared queue holds keys from ranks {', '.join(map(str, owners))
 # These hold for the lesson's 2 ranks (and any n ≥ 2); on one rank per-rank == global.
 assert bn[0]["per_rank_bn"]["output_diff"] > 1e-2 and bn[0]["synced_bn"]["output_diff"] < 1e-5
 assert bn[0]["synced_bn"]["grad_diff"] < 1e-5 < bn[0]["per_rank_bn"]["grad_diff"]
+# the candidates are counted from the logits each loss scored (finite entries of an anchor's row)
+assert all(r["per_rank"]["candidates"] == 2 * cfg.dp["batch"] - 1 for r in sim)
+assert all(r["gathered"]["candidates"] == r["candidates_single"] == 2 * cfg.ranks * cfg.dp["batch"] - 1
+           for r in sim)
 for r in sim:
     assert abs(r["gathered"]["loss"] - r["loss_single"]) < 1e-5
     assert r["gathered"]["grad_diff"] < 1e-5 * max(1.0, r["gathered"]["grad_scale"])

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from course_utils.exercises import check_close, check_equal
 from course_utils.ledger import fake_mode, fake_world, measure, utilisation
+from course_utils.memory import cuda_autocast_logit_bytes
 from course_utils.experiments.training_memory import recompute_tradeoff
 from course_utils.experiments.planning import assumptions, fsdp_gathered_bytes
 from course_utils.experiments.planning import (gathered_negatives_ledger, gpt_ledger, ledger_lines, plan_run,
@@ -271,13 +272,20 @@ def gathered_bytes(strategy):
                                precision="bf16-mixed") if strategy == "fsdp" else 0
 
 
+def cuda_logits(strategy):
+    """What CUDA autocast keeps beyond this CPU fake run (2 bytes per logit, measured on a GPU);
+    FSDP2's policy runs without autocast."""
+    return cuda_autocast_logit_bytes(GPT_7B["seq"], GPT_7B["batch"], GPT_7B["vocab"]) if strategy == "ddp" else 0
+
+
 def needs_gpt(strategy, rec):
-    return needs_bytes(rec) + gathered_bytes(strategy)
+    return needs_bytes(rec) + gathered_bytes(strategy) + cuda_logits(strategy)
 
 
 print(f"{psi / 1e9:.2f} B parameters")
 show_table([{"strategy": s, "GPUs": n, "recompute": r, "resident GB": rec.resident_bytes / 1e9,
              "kept GB": rec.activation_bytes / 1e9, "gathered GB": gathered_bytes(s) / 1e9,
+             "CUDA logits GB": cuda_logits(s) / 1e9,
              "TFLOP/step": rec.flops / 1e12, "sent GB/step": rec.comm_bytes / 1e9,
              "fits 80 GB": needs_gpt(s, rec) <= MARGIN * GPU_BYTES, "CPU s": rec.cpu_seconds}
             for (s, n, r), rec in gpt.items()])
@@ -298,6 +306,8 @@ gathered = [gathered_bytes(s) / 1e9 for s, _, _ in gpt]
 ax.bar(labels, resident, label="resident (params, grads, AdamW)")
 ax.bar(labels, kept, bottom=resident, label="kept for backward")
 ax.bar(labels, gathered, bottom=[a + b for a, b in zip(resident, kept)], label="gathered (FSDP2)")
+ax.bar(labels, [cuda_logits(s) / 1e9 for s, _, _ in gpt],
+       bottom=[a + b + c for a, b, c in zip(resident, kept, gathered)], label="CUDA autocast logits (DDP)")
 ax.axhline(GPU_BYTES / 1e9, color="k", ls="--", label="80 GB")
 ax.set_ylabel("GB per GPU")
 ax.set_title(f"{cfg.gpt_layers}-layer GPT, seq {GPT_7B['seq']}: what one GPU holds")

@@ -46,11 +46,12 @@ from torch import nn
 from . import checks
 from .ledger import predict_step
 from .optim import OPTIMIZERS, state_copies
-from .models.transformer import GPT_SHAPES, RECOMPUTE_MODES, tinygpt_param_count
+from .models.transformer import ATTENTION_KINDS, GPT_SHAPES, RECOMPUTE_MODES, tinygpt_param_count
 
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
 # fp16 mixed precision (autocast fp16 + a GradScaler, for GPUs without bf16) stores the same bytes
-# as bf16-mixed: 2-byte weights, gradients and activations, an fp32 master copy and moments.
+# as bf16-mixed, whichever split a formula uses: both 16-bit types take 2 bytes, and the fp32
+# copies (master weights or autocast's fp32 parameters, the moments) are the same.
 MIXED_PRECISIONS = ("bf16-mixed", "fp16-mixed")
 MEMORY_KEYS = ("params", "grads", "optimizer", "master_params", "activations", "total")
 
@@ -107,13 +108,22 @@ def state_memory(n_params: int, *, optimizer: str = "adamw", precision: str = "f
 
 # --------------------------------------------------------------------------- activations
 def korthikanti_layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int,
-                                       recompute: str = "none") -> int:
-    """One Megatron GPT layer, 16-bit activations with dropout: sbh(34 + 5as/h), 34sbh or 2sbh."""
+                                       recompute: str = "none", attention: str = "eager") -> int:
+    """One Megatron GPT layer, 16-bit activations with dropout: sbh(34 + 5as/h), 34sbh or 2sbh.
+
+    ``attention="sdpa"`` (fused attention, what a GPU run uses): no s² tensor is kept; the fused
+    kernel keeps its own output (2sbh, beside the copy the output projection saves, as measured
+    on ``TinyGPT``) and one fp32 log-sum-exp per row and head (4asb): 36sbh + 4asb. Selective
+    recomputation then has nothing left to recompute (the same count); full keeps 2sbh.
+    """
     _positive_ints(seq=seq, batch=batch, hidden=hidden, heads=heads)
     checks.choice(recompute, "recompute", RECOMPUTE_MODES)
+    checks.choice(attention, "attention", ATTENTION_KINDS)
     sbh = seq * batch * hidden
     if recompute == "full":
         return 2 * sbh
+    if attention == "sdpa":
+        return 36 * sbh + 4 * heads * seq * batch
     attention_scores = 5 * heads * seq * seq * batch  # softmax out 2, dropout mask 1, dropout out 2
     return 34 * sbh + (attention_scores if recompute == "none" else 0)
 
@@ -122,7 +132,8 @@ AUTOCAST_DEVICES = (None, "cpu", "cuda")
 
 
 def tinygpt_layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int,
-                                   recompute: str = "none", autocast: str | None = None) -> int:
+                                   recompute: str = "none", autocast: str | None = None,
+                                   attention: str = "eager") -> int:
     """One ``TinyGPT`` block, derived op by op (course_utils.models.transformer docstring).
 
     fp32 (``autocast=None``)::
@@ -142,13 +153,26 @@ def tinygpt_layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int
     (they do not grow with the batch) and are not counted here.
     Versus Korthikanti's 16-bit count: no dropout masks (3sbh bytes) and no dropout output
     (2as²b bytes).
+
+    ``attention="sdpa"`` (fp32 only): no P; the fused kernel keeps its output (4sbh, a storage of
+    its own: the output projection saves the contiguous copy) and one log-sum-exp per row and
+    head (4asb): 4·17·sbh + 16·sb + 4·asb, measured byte for byte (tests/test_memory.py).
     """
     _positive_ints(seq=seq, batch=batch, hidden=hidden, heads=heads)
     checks.choice(recompute, "recompute", RECOMPUTE_MODES)
     checks.choice(autocast, "autocast", AUTOCAST_DEVICES)
+    checks.choice(attention, "attention", ATTENTION_KINDS)
     sb, sbh = seq * batch, seq * batch * hidden
     if recompute == "full":
         return 4 * sbh
+    if attention == "sdpa":
+        if autocast is not None:
+            raise ValueError("TinyGPT's count with attention='sdpa' is derived for fp32 only; "
+                             "measure the autocast step with course_utils.ledger.measure")
+        if recompute == "selective":
+            raise ValueError("recompute='selective' recomputes eager attention's s² tensors, which "
+                             "attention='sdpa' never keeps: use recompute='none' or 'full'")
+        return 4 * 17 * sbh + 16 * sb + 4 * heads * seq * batch
     scores = heads * seq * seq * batch if recompute == "none" else 0
     if autocast is None:
         return 4 * (16 * sbh + scores) + 16 * sb
@@ -157,7 +181,7 @@ def tinygpt_layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int
 
 def tinygpt_activation_bytes(layers: int, hidden: int, heads: int, vocab: int, seq: int,
                              batch: int, *, recompute: str = "none",
-                             autocast: str | None = None) -> int:
+                             autocast: str | None = None, attention: str = "eager") -> int:
     """Bytes the whole ``TinyGPT`` stores for backward, weight copies excluded: L layers plus
     the head (``head_activation_bytes(..., "fp32")``; under autocast the LM head saves a bf16
     copy of its input, 2·sbh instead of 4·sbh, and the logits of the loss stay fp32 on both
@@ -172,7 +196,7 @@ def tinygpt_activation_bytes(layers: int, hidden: int, heads: int, vocab: int, s
     if autocast == "cuda":
         head += cuda_autocast_logit_bytes(seq, batch, vocab)
     return layers * tinygpt_layer_activation_bytes(seq, batch, hidden, heads, recompute,
-                                                    autocast) + head
+                                                    autocast, attention) + head
 
 
 def cuda_autocast_logit_bytes(seq: int, batch: int, vocab: int) -> int:
@@ -201,36 +225,42 @@ def head_activation_bytes(seq: int, batch: int, hidden: int, vocab: int, precisi
 
 def transformer_activation_bytes(layers: int, hidden: int, heads: int, vocab: int, seq: int,
                                  batch: int, *, precision: str = "fp32",
-                                 recompute: str = "none") -> int:
+                                 recompute: str = "none", attention: str = "eager") -> int:
     """Bytes stored for backward by the whole model: L × per-layer + head.
 
     precision="bf16-mixed" or "fp16-mixed" uses Korthikanti's 16-bit per-layer count; "fp32" the count derived
-    for the kit's TinyGPT (no dropout), which is what a CPU run measures.
+    for the kit's TinyGPT (no dropout), which is what a CPU run measures. ``attention``: "eager"
+    keeps the s² probabilities, "sdpa" (fused, as GPU runs use) does not (see the per-layer
+    counts); selective recomputation with "sdpa" in fp32 is the "none" count (nothing to recompute).
     """
     checks.choice(precision, "precision", PRECISIONS)
     if precision not in MIXED_PRECISIONS:
-        return tinygpt_activation_bytes(layers, hidden, heads, vocab, seq, batch, recompute=recompute)
+        if attention == "sdpa" and recompute == "selective":
+            recompute = "none"
+        return tinygpt_activation_bytes(layers, hidden, heads, vocab, seq, batch, recompute=recompute,
+                                        attention=attention)
     _positive_ints(layers=layers)
-    return (layers * korthikanti_layer_activation_bytes(seq, batch, hidden, heads, recompute)
+    return (layers * korthikanti_layer_activation_bytes(seq, batch, hidden, heads, recompute, attention)
             + head_activation_bytes(seq, batch, hidden, vocab, precision))
 
 
 def recompute_transient_bytes(hidden: int, heads: int, seq: int, batch: int, *,
-                              precision: str = "fp32", recompute: str = "none") -> int:
+                              precision: str = "fp32", recompute: str = "none",
+                              attention: str = "eager") -> int:
     """Extra bytes alive while backward recomputes one layer: that layer's un-recomputed
     activations minus what was stored for it (0 without recomputation)."""
     checks.choice(precision, "precision", PRECISIONS)
     per_layer = (korthikanti_layer_activation_bytes if precision in MIXED_PRECISIONS
                  else tinygpt_layer_activation_bytes)
-    if recompute == "none":
+    if recompute == "none" or (attention == "sdpa" and recompute == "selective"):
         return 0
-    return (per_layer(seq, batch, hidden, heads, "none")
-            - per_layer(seq, batch, hidden, heads, recompute))
+    return (per_layer(seq, batch, hidden, heads, "none", attention=attention)
+            - per_layer(seq, batch, hidden, heads, recompute, attention=attention))
 
 
 def transformer_memory(layers: int, hidden: int, heads: int, vocab: int, seq: int, batch: int, *,
                        optimizer: str = "adamw", precision: str = "fp32", recompute: str = "none",
-                       fp32_grad_accumulation: bool = False) -> dict:
+                       attention: str = "eager", fp32_grad_accumulation: bool = False) -> dict:
     """Predicted bytes of one training step of a GPT-like model (TinyGPT's shape: tied LM head,
     learned positions for ``seq`` tokens, MLP width 4h).
 
@@ -248,7 +278,8 @@ def transformer_memory(layers: int, hidden: int, heads: int, vocab: int, seq: in
     out = state_memory(n_params, optimizer=optimizer, precision=precision,
                        fp32_grad_accumulation=fp32_grad_accumulation)
     out["activations"] = transformer_activation_bytes(layers, hidden, heads, vocab, seq, batch,
-                                                      precision=precision, recompute=recompute)
+                                                      precision=precision, recompute=recompute,
+                                                      attention=attention)
     out["total"] += out["activations"]
     return {k: out[k] for k in MEMORY_KEYS}
 
@@ -286,11 +317,13 @@ PRESETS = {name: GPT_SHAPES[name] for name in (  # GPT-2 family (vocab 50257, co
 
 def what_fits(model: str = "GPT-2 small (124M)", batch: int = 8, seq: int = 1024, *,
               precision: str | None = None, optimizer: str = "adamw", recompute: str = "none",
-              device: str = "T4 (Colab) 16 GB", vocab: int = 50257) -> dict:
+              attention: str = "sdpa", device: str = "T4 (Colab) 16 GB", vocab: int = 50257) -> dict:
     """The widget's compute function: predicted breakdown for a preset model against a device.
 
     ``precision=None`` picks the device's mixed precision: "fp16-mixed" on GPUs without bf16
     (``WITHOUT_BF16``: T4, V100), "bf16-mixed" elsewhere; asking for bf16 on those is an error.
+    ``attention="sdpa"`` (the default) counts fused attention, what a GPU run uses: no s²
+    probabilities kept; "eager" counts them (lesson 06's TinyGPT).
 
     Returns {"breakdown": {params, grads, optimizer, master_params, activations,
     recompute_workspace}, "total", "capacity", "fits", "headroom"} (bytes). ``fits`` ignores the
@@ -305,10 +338,12 @@ def what_fits(model: str = "GPT-2 small (124M)", batch: int = 8, seq: int = 1024
                          "with a GradScaler), which stores the same bytes")
     shape = PRESETS[model]
     mem = transformer_memory(shape["layers"], shape["hidden"], shape["heads"], vocab, seq, batch,
-                             optimizer=optimizer, precision=precision, recompute=recompute)
+                             optimizer=optimizer, precision=precision, recompute=recompute,
+                             attention=attention)
     breakdown = {k: mem[k] for k in MEMORY_KEYS if k != "total"}
     breakdown["recompute_workspace"] = recompute_transient_bytes(
-        shape["hidden"], shape["heads"], seq, batch, precision=precision, recompute=recompute)
+        shape["hidden"], shape["heads"], seq, batch, precision=precision, recompute=recompute,
+        attention=attention)
     total = sum(breakdown.values())
     capacity = DEVICES[device]
     return {"breakdown": breakdown, "total": total, "capacity": capacity,

@@ -251,6 +251,8 @@ def what_fits_widget():
                                       *[(p, p) for p in memory.PRECISIONS]], value=None),
         optimizer=w.Dropdown(options=list(OPTIMIZERS), value="adamw"),
         recompute=w.Dropdown(options=list(RECOMPUTE_MODES), value="none"),
+        attention=w.Dropdown(options=[("fused (sdpa, as GPU runs use)", "sdpa"),
+                                      ("eager (s² probabilities kept)", "eager")], value="sdpa"),
         device=w.Dropdown(options=list(memory.DEVICES), value="T4 (Colab) 16 GB"),
     )
 

@@ -4,6 +4,7 @@ import torch
 
 from course_utils import memory as M
 from course_utils.experiments.training_memory import measure_tinygpt, recompute_tradeoff
+from course_utils.ledger import measure
 from course_utils.models import MLP, SmallResNet
 from course_utils.optim import OPTIMIZERS
 from course_utils.plots import plot_memory_breakdown, what_fits_widget
@@ -79,6 +80,37 @@ def test_tinygpt_activations_match_measurement(cfg, mode):
     assert record.activation_bytes == pytest.approx(pred["activations"], rel=0.01)
     assert record.param_bytes == pred["params"] and record.grad_bytes == pred["grads"]
     assert record.optimizer_bytes == pred["optimizer"]
+
+
+@pytest.mark.parametrize("shape", [(2, 64, 4, 100, 32, 3), (1, 48, 6, 64, 24, 2)])
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_fused_attention_keeps_no_s2_term_byte_for_byte(shape, recompute):
+    """attention="sdpa": what TinyGPT keeps is the derived count exactly; eager keeps a·s²·b more
+    per layer (fp32) and the sdpa kernel's own output and log-sum-exp less."""
+    layers, hidden, heads, vocab, seq, batch = shape
+    torch.manual_seed(0)
+    model = TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute, attention="sdpa")
+    x, y = torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
+    record = measure(lambda: model.loss(x, y).backward(), model=model)
+    assert record.activation_bytes == M.tinygpt_activation_bytes(
+        layers, hidden, heads, vocab, seq, batch, recompute=recompute, attention="sdpa")
+    if recompute == "none":
+        eager = M.tinygpt_activation_bytes(layers, hidden, heads, vocab, seq, batch)
+        s, b = seq, batch
+        assert eager - record.activation_bytes == layers * (4 * heads * s * s * b - 4 * s * b * hidden
+                                                            - 4 * heads * s * b)
+
+
+def test_what_fits_counts_fused_attention_unless_told_eager():
+    sdpa = M.what_fits("GPT-2 small (124M)", batch=8, seq=1024)
+    eager = M.what_fits("GPT-2 small (124M)", batch=8, seq=1024, attention="eager")
+    shape, s, b = M.PRESETS["GPT-2 small (124M)"], 1024, 8
+    per_layer = 5 * shape["heads"] * s * s * b - 2 * s * b * shape["hidden"] - 4 * shape["heads"] * s * b
+    assert eager["breakdown"]["activations"] - sdpa["breakdown"]["activations"] == shape["layers"] * per_layer
+    # with fused attention selective recomputation has nothing to recompute
+    assert M.what_fits("GPT-2 small (124M)", batch=8, seq=1024, recompute="selective")["total"] == sdpa["total"]
+    with pytest.raises(ValueError, match="attention"):
+        M.what_fits(attention="flash")
 
 
 @pytest.mark.parametrize("name, factor", [("sgd", 0), ("sgd-momentum", 1), ("adam", 2), ("adamw", 2)])

@@ -201,7 +201,8 @@ def _attention_unsplit(q, k, v, causal):
 def context_parallel(rank: int, world_size: int, cfg: dict | None = None) -> dict:
     """Ring attention on this rank's part of a fp64 sequence vs unsplit attention, per arm
     (full, causal, causal zig-zag): max |difference| of output and dQ/dK/dV, kept-for-backward
-    bytes of the split and of the same Function on one unsplit process, bytes sent, score blocks."""
+    bytes of the split and of the same Function on one unsplit process, bytes sent, score blocks
+    (the ring's counter and the formula's) and the matmul FLOPs the ledger counts on this rank."""
     c = settings(cfg, CONTEXT_DEFAULTS)
     device, ring = worker_device(), Ring.of()
     generator = torch.Generator().manual_seed(c.seed)
@@ -226,15 +227,19 @@ def context_parallel(rank: int, world_size: int, cfg: dict | None = None) -> dic
         for name, ours, theirs in zip("qkv", mine, full):
             gaps[f"d{name}"] = (ours.grad - local(theirs.grad)).abs().max().item()
 
-        def kept(ring_, *tensors):
+        def step_record(ring_, *tensors):
             ts = leaves(*tensors)
             return measure(lambda: (ring_attention(*ts[:3], ring_, causal=causal, zigzag=zigzag)
-                                    * ts[3]).sum().backward()).activation_bytes
+                                    * ts[3]).sum().backward())
         block_bytes = mine[1].numel() * mine[1].element_size()
+        split = step_record(ring, local(q), local(k), local(v), local(weight))
         result[arm] = {"gaps": gaps, "sent_bytes": comm.payload["send"], "wire_bytes": comm.wire,
                        "predicted_bytes": ring_bytes_per_step(block_bytes, world_size),
-                       "kept_split": kept(ring, local(q), local(k), local(v), local(weight)),
-                       "kept_unsplit": kept(Ring(), q, k, v, weight),
+                       "kept_split": split.activation_bytes,
+                       "kept_unsplit": step_record(Ring(), q, k, v, weight).activation_bytes,
+                       # the ledger's own FLOP count of this rank's forward and backward: work
+                       # counted apart from the ring's block counter
+                       "flops_split": split.flops,
                        "score_blocks": counts["forward_blocks"],
                        "predicted_blocks": score_blocks(rank, world_size, causal, zigzag)}
     return result

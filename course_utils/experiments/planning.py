@@ -333,7 +333,8 @@ def assumptions(gpt: bool, strategy: str, precision: str, attention: str) -> lis
     else:
         said.append(f"precision: CUDA autocast {precision[:4]} (softmax fp32), fp32 state; the "
                     "16-bit weight copies it makes are kept for backward, and 2 bytes per logit "
-                    "that CUDA autocast keeps and a CPU run does not (measured on an H200)")
+                    "that CUDA autocast keeps and a CPU run does not (fitted to TinyGPT's loss "
+                    "on an H200; this planner's step has not run on a GPU)")
     said.append("not counted: allocator caching and fragmentation, kernel workspaces, "
                 "temporaries freed inside one op, communication buffers"
                 + (", one block's unsharded gradients before their reduce-scatter" if strategy == "fsdp" else ""))

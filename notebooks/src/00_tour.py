@@ -39,7 +39,8 @@ STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your ex
 # elsewhere. Choose yourself by editing the cell (`SCALE = "ci"`), with `COURSE_SCALE=ci` in the
 # environment (on Colab: a cell `%env COURSE_SCALE=ci` before this one), or with papermill
 # (`papermill nb.ipynb out.ipynb -p SCALE gpu`). The next cell prints the scale and who chose it.
-# Every scale runs the same code; only sizes change.
+# Every scale runs the same code path; sizes, datasets, augmentation recipes and which claims
+# are asserted change with it (each lesson prints its configuration).
 
 # %%
 import matplotlib.pyplot as plt

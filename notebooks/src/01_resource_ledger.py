@@ -266,7 +266,8 @@ if SCALE != "ci":
 #
 # The prediction needs only shapes, so it is instant. Drag the sliders and watch which lines move:
 # batch and image size move *kept for backward* and FLOPs; width moves everything, resident state
-# quadratically (a conv layer has width² weights).
+# roughly quadratically (most weights sit in width × width convolutions; the stem and the head
+# grow only linearly).
 
 # %%
 import ipywidgets as widgets

@@ -762,7 +762,7 @@ print("cos(query, own key) with the key in its query's BN group minus with a for
 if cfg.shuffle_loss_gap_max is not None:
     print(f"Asserted below, as bounds on what this budget can see: |loss gap| <= {cfg.shuffle_loss_gap_max}, "
           f"fingerprint (unshuffled minus shuffled) <= {cfg.fingerprint_max}. The probe gap is printed only: "
-          f"one seed per arm, and a change of thread count alone moves one run's probe by a few points.")
+          f"one seed per arm cannot place a probe gap (the main run's per-seed gains above show how far seeds spread).")
 
 # %%
 if cfg.shuffle_loss_gap_max is not None:   # CI: a handful of steps, nothing to compare
@@ -775,7 +775,7 @@ if cfg.shuffle_loss_gap_max is not None:   # CI: a handful of steps, nothing to 
 # What this scale shows, said plainly: **no training signal of the leak that this budget can
 # see**, which is a bound, not evidence of no leak. Without the shuffle the loss is not lower by
 # more than `shuffle_loss_gap_max` over the last steps of the window; the linear probes are printed
-# but not compared (one seed per arm: a thread count alone moves one run by a few points); and the
+# but not compared (one seed per arm, where the main run's seeds spread widely); and the
 # fingerprint — how much closer
 # a query is to its own key when that key was normalised with its query's BN group rather than
 # with a group of mostly foreign images — is not larger for the unshuffled-trained encoder than

@@ -270,15 +270,17 @@ assert tr["none"]["activation_bytes"] - tr["selective"]["activation_bytes"] == _
 # saved tensors although they do not grow with the batch — so we compare the per-sample slope
 # (bytes at batch 2b minus bytes at batch b), in which the weight copies cancel.
 #
-# How much they shrink depends on the device, and the prediction says so before we measure.
+# How much they shrink depends on the device, and the prediction says so before we measure (on
+# CUDA one term of it, below, was fitted to an earlier GPU run: a calibration, checked again by
+# every GPU run of this lesson, not a prediction made blind).
 # Counted op by op (`memory.tinygpt_layer_activation_bytes`), a block keeps 36·sbh bytes under
 # autocast instead of 64·sbh, plus the softmax output P: on a **CPU** autocast runs softmax in
 # bf16 and P is one 2-byte tensor shared by softmax's backward and P @ v (2·as²b instead of
 # 4·as²b); on **CUDA** autocast runs softmax in fp32, so P is kept in fp32 for softmax's backward
 # *and* as the bf16 copy P @ v saves: 6·as²b, more than fp32's 4·as²b. CUDA also keeps two
 # bytes per logit that a CPU does not (2·sbv, the size of the bf16 logits): the first GPU run of
-# this lesson measured them, byte for byte, and the prediction now books them; which op keeps
-# them is not yet identified.
+# this lesson found them, byte for byte at three shapes, and the prediction now books them; which
+# op keeps them is not yet identified, so the term is fitted, not derived.
 
 # %%
 ex = list(cfg.sweep[1])
@@ -329,16 +331,19 @@ if peak is not None:
 
 # %% [markdown]
 # **What fits.** The widget below (live kernel only) sets model, batch, sequence, precision,
-# optimizer and recomputation and draws the predicted breakdown against a device. The static plot
-# shows three settings of GPT-2 small on a T4.
+# optimizer, recomputation and attention and draws the predicted breakdown against a device. It
+# counts fused attention (`scaled_dot_product_attention`, what a GPU run uses) unless told
+# "eager": the fused kernel keeps its output and one log-sum-exp per row and head instead of the
+# s² probabilities this lesson's TinyGPT writes out (`tests/test_memory.py` measures both counts
+# byte for byte on TinyGPT). The static plot shows three settings of GPT-2 small on a T4.
 
 # %%
 what_fits_widget()
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(12, 4), sharey=True)
-settings = [dict(precision="fp32", batch=8), dict(precision="fp16-mixed", batch=8),
-            dict(precision="fp16-mixed", batch=8, recompute="selective")]
+settings = [dict(precision="fp32", batch=8), dict(precision="fp16-mixed", batch=8, attention="eager"),
+            dict(precision="fp16-mixed", batch=8)]
 for ax, kw in zip(axes, settings):
     rep = memory.what_fits("GPT-2 small (124M)", seq=1024, **kw)
     plot_memory_breakdown(rep, ax=ax, title=", ".join(f"{k}={v}" for k, v in kw.items()))
@@ -359,7 +364,8 @@ plt.show()
 #   on CPU), which is why claim 4 predicts per device; the CUDA row is an op-by-op prediction
 #   that a CPU cannot check, asserted exactly only when the lesson runs on a GPU.
 # - The T4 (Colab) and the V100 have no bf16: there mixed precision is fp16 autocast with a
-#   GradScaler, which stores the same bytes; "what fits" picks it for them (`precision=None`),
+#   GradScaler, which stores the same bytes as bf16 would (both 16-bit types take 2 bytes, and
+#   the fp32 copies are the same); "what fits" picks it for them (`precision=None`),
 #   refuses bf16 on them, and counts as usable only what the CUDA context leaves of the T4's
 #   16 GB (`memory.DEVICES`).
 # - Wall-time ratios on a shared CPU are noisy (on a busy machine full recomputation can even
@@ -502,7 +508,7 @@ for _cfg in ((1, 32, 2, 50, 16, 2), (3, 48, 8, 64, 24, 4), (2, 96, 4, 128, 48, 5
 # %% [markdown]
 # **Exercise 3 — search.** Using `memory.what_fits`, find the largest batch (1–64) at which
 # `task.model` trains with mixed-precision AdamW at sequence `task.gpt_seq` on a `task.gpu`
-# (`precision=None`: the device's own, fp16 where there is no bf16), without recomputation and
+# (`precision=None`: the device's own, fp16 where there is no bf16; fused attention, its default), without recomputation and
 # with `recompute="full"`; 0 where none fits. Search in cells of your own, then set
 # `largest_batches = {"none": ..., "full": ...}` to the two batches (whole numbers). The check
 # holds each against `what_fits` itself: it must fit, and one more must not (unless you answered

@@ -94,8 +94,9 @@ assert ddp_per_rank == sum(sharding.predicted_state_bytes(seven_b, 64, "ddp").va
 # it from the storage layout: the gradients live in as many storages as DDP has buckets, not one
 # per parameter.
 #
-# ZeRO-1 and 2 are free in communication: an all-reduce *is* a reduce-scatter plus an
-# all-gather, they just keep a different half. ZeRO-3 pays one extra all-gather, because the
+# ZeRO-1 and 2 are free in communication in the paper's algorithm: an all-reduce *is* a
+# reduce-scatter plus an all-gather, they just keep a different half (torch's ZeRO-1 pays more,
+# 3(n−1)/n·4Ψ: an all-reduce, then a broadcast of each updated shard, measured below). ZeRO-3 pays one extra all-gather, because the
 # parameters gathered for forward are dropped and gathered again for backward.
 #
 # In PyTorch: ZeRO-1 is `torch.distributed.optim.ZeroRedundancyOptimizer` (wraps any optimizer;
@@ -188,6 +189,11 @@ for n, per_rank in runs.items():
         for strategy in ("ddp", "zero1"):  # one copy of the gradients: they are the buckets
             g = r[strategy]["grad_layout"]
             assert g["bytes"] == pb and g["storages"] < g["grads"], (n, strategy, g)
+            # as many storages as buckets: one all-reduce per bucket per step
+            assert g["storages"] == r[strategy]["comm"]["calls"].get("all_reduce", 0) or n == 1, (n, strategy, g)
+        # activations are not sharded: every strategy keeps the same bytes for backward
+        kept = {strategy: result["record"].activation_bytes for strategy, result in r.items()}
+        assert len(set(kept.values())) == 1, (n, kept)
         if n > 1:  # on one rank FSDP2 and ZeRO-1 skip their collectives altogether
             assert r["fsdp"]["comm"]["payload"] == {"all_gather": 2 * pb, "reduce_scatter": pb}
             assert r["fsdp_keep"]["comm"]["payload"] == {"all_gather": pb, "reduce_scatter": pb}
@@ -281,7 +287,8 @@ assert sum(f.endswith(".distcp") for f in shard_files) == cfg.ranks and ".metada
 # ## 5 · The boundary: what sharding does not touch
 #
 # - **Activations are not sharded.** Each rank keeps the activations of *its* micro-batch for
-#   backward, whatever the ZeRO stage. When they dominate — long sequences, big batches — ZeRO
+#   backward, whatever the ZeRO stage (the evidence above asserts that DDP, ZeRO-1 and both
+#   FSDP2 runs keep the same bytes). When they dominate — long sequences, big batches — ZeRO
 #   does not help; recomputation (lesson 06) or splitting the layers (lesson 09) does. The ledger
 #   of one rank's step at a large local batch:
 

@@ -359,7 +359,7 @@ assert eager.activation_bytes - gpt["fsdp", n0, "none"].activation_bytes == \
 # above, and asserted byte for byte): each block is gathered in forward and again in backward in
 # bf16 (2 + 2 bytes per parameter) and its gradients reduce-scattered in fp32 (4), the 8 bytes per
 # parameter DDP's fp32 all-reduce sends (2 × 4); the root, gathered once, costs FSDP2 less. In
-# fp32 throughout, FSDP2 sends 1.5× DDP's bytes (lesson 08): the policy's bf16 gathers pay for
+# fp32 throughout, FSDP2 sends 3(n−1)/n·4Ψ to DDP's 2(n−1)/n·4Ψ (lesson 08 measures both): the policy's bf16 gathers pay for
 # the sharding's extra traffic. What backward keeps is the same at
 # both GPU counts (within 0.1%, checked): no sharding of state touches it. With fused attention
 # and FSDP2's policy every FSDP2 row fits, at 8 GPUs too. Eager attention keeps the s²
@@ -427,7 +427,7 @@ if cfg.paper:   # FLOPs and bytes at 224 px need the paper's image size
         assert 0.5 < measured[k] / PUBLISHED[k] <= 1.0, (k, measured[k])
 
 # %% [markdown]
-# Two figures are identities, not evidence — true by construction, asserted so that a change to
+# Three figures are identities, not evidence — true by construction, asserted so that a change to
 # the kit that breaks them is caught:
 #
 # - Our ResNet-50 *is* torchvision's, so its parameter count equals the model card's exactly.
@@ -552,7 +552,8 @@ planner_widget()
 # - DDP on fake tensors measures its first step only (its bucket rebuild before step 2 reads data).
 
 # %%
-print(f"the ledger accounts for {needs_bytes(moco) / PUBLISHED['moco_gpu_bytes']:.0%} of the 5.0 GB "
+print(f"the ledger accounts for {needs_bytes(moco) / PUBLISHED['moco_gpu_bytes']:.0%} of the "
+      f"{PUBLISHED['moco_gpu_bytes'] / 1e9:.1f} GB "
       f"MoCo v2 reports per GPU (at {cfg.image_size} px)")
 
 # %% [markdown]

@@ -595,7 +595,8 @@ def plot_loss_curves(arms, title, warmup_end=None):
 
 warm_batch = min(cfg.warmup_batch, len(train))
 warm_lr = best_lr[0] * warm_batch / B[0]
-tuned_lr = next(r["lr"] for r in sweep if r["batch"] == warm_batch) or cfg.lrs[-1]
+tuned_from_sweep = next(r["lr"] for r in sweep if r["batch"] == warm_batch)
+tuned_lr = tuned_from_sweep or cfg.lrs[-1]   # ci's short sweep may miss it; the evidence requires it
 arm_settings = {"linear LR, no warm-up": (warm_lr, 1),
                 f"linear LR, {cfg.warmup_steps // 2}-step warm-up": (warm_lr, cfg.warmup_steps // 2),
                 "best grid LR (reference)": (tuned_lr, cfg.warmup)}
@@ -631,6 +632,8 @@ print(f"a linear-LR arm counts as rescued unless its final loss stays above ×{r
 # %%
 # NBVAL_CHECK_OUTPUT
 if SCALE != "ci":
+    assert warm_batch > b_crit, "claim 5 is about the regime past B_crit"
+    assert tuned_from_sweep is not None, "the reference arm must use the sweep's best LR at this batch"
     reference = final["best grid LR (reference)"]
     for name, comparison in rescue_comparisons.items():
         assert all(not v < rescue_factor * r for v, r in zip(final[name], reference)), \

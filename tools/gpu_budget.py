@@ -168,10 +168,10 @@ def work_02(p) -> list[Work]:
                             color_strength=p["color_strength"], rotate=p["rotate"])
     step = step_flops(build, p["batch"], augment=augment)
     arms = len(p["temperatures"]) * p["temperature_seeds"] - 1
-    probes = p["seeds"] + 2 + arms + 1
+    probes = p["seeds"] + 2 + arms + 1 + (p["main_seeds"] - 1)
     image = forward_flops(SmallResNet(width=p["width"], blocks=blocks))
     gc = sum(step_flops(build, n, augment=augment) for n in p["gc_sweep"]) * 3
-    return [Work("main run (cfg.steps)", p["steps"], step),
+    return [Work("main recipe (cfg.steps, from cfg.main_seeds seeds)", p["main_seeds"] * p["steps"], step),
             Work("temperature arms and the no-colour arm (cfg.ablation_steps each)",
                  (arms + 1) * p["ablation_steps"], step),
             Work("probes: random inits, main run twice, every arm (probe_train + probe_test)",
@@ -206,7 +206,8 @@ def work_03(p) -> list[Work]:
     return [Work("main run (cfg.steps at K = cfg.queue)", p["steps"], moco_step(p["queue"])),
             Work(f"the main recipe from {others} more seeds (cfg.steps each)", others * p["steps"],
                  moco_step(p["queue"])),
-            Work("momentum-0 run (cfg.stale_steps)", p["stale_steps"], moco_step(p["queue"])),
+            Work("momentum-0 runs (cfg.stale_steps, one per seed)", len(p["seeds"]) * p["stale_steps"],
+                 moco_step(p["queue"])),
             Work("unshuffled-keys run (cfg.sweep_steps)", p["sweep_steps"], moco_step(p["queue"])),
             Work("probes (probe_train + probe_test each)", probes * (p["probe_train"] + p["probe_test"]),
                  image)]

@@ -51,20 +51,18 @@ cfg = config(
             seeds=(0, 1, 2), sweep_queues=(32, 64, 128), sweep_steps=6, lr=2e-3,
             temperature=0.2, crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
             min_probe_gain=None, max_probe_gain=None, late_gain_claim=None,
-            stale_cos_m099_min=None, stale_cos_m0_max=None,
-            sweep_claims=None, shuffle_loss_gap_max=None,
-            fingerprint_max=None, loss_climb_tol=None,
+            stale_cos_m099_min=None,
+            sweep_claims=None, loss_climb_tol=None,
             train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
     default=dict(image_size=16, width=16, blocks=(1, 1, 1),
                  batch=128, queue=1024, dim=64, steps=1200, stale_steps=100, probe_every=200,
                  seeds=(0, 1, 2, 3, 4), sweep_queues=(256, 1024, 4096), sweep_steps=600, lr=2e-3, temperature=0.2,
                  crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
-                 # probe thresholds bound the mean over cfg.seeds; staleness and shuffle thresholds
-                 # were set from seed 0's default run; the run prints its own figures
+                 # probe thresholds bound the mean over cfg.seeds; the staleness thresholds were
+                 # set from seed 0's default run and are asserted on every seed (1-4: fresh data)
                  min_probe_gain=0.05, max_probe_gain=0.35, late_gain_claim=None,
-                 stale_cos_m099_min=0.98, stale_cos_m0_max=0.95,
+                 stale_cos_m099_min=0.98,
                  sweep_claims=True,
-                 shuffle_loss_gap_max=0.05, fingerprint_max=0.02,
                  loss_climb_tol=0.5,
                  train_limit=5000, probe_train=2000, probe_test=1000, dataset="shapes"),
     # gpu: a half-width CIFAR ResNet-18, sized by tools/gpu_budget.py to fit 15 minutes on a T4
@@ -73,9 +71,8 @@ cfg = config(
              seeds=(0, 1, 2), sweep_queues=(4096, 16384, 65536), sweep_steps=500,
              lr=2e-3, temperature=0.2, crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False,
              min_probe_gain=0.05, max_probe_gain=None, late_gain_claim=None,
-             stale_cos_m099_min=None, stale_cos_m0_max=None,
-             sweep_claims=None, shuffle_loss_gap_max=None,
-             fingerprint_max=None, loss_climb_tol=None,
+             stale_cos_m099_min=None,
+             sweep_claims=None, loss_climb_tol=None,
              train_limit=None, probe_train=10000, probe_test=10000, dataset="cifar10"),
 )
 # the main run is seed cfg.seeds[0]; the K sweep measures one step of its final model per K
@@ -426,16 +423,18 @@ def probe_at(run, step):
 
 random_probe = probe_encoder(build_moco().encoder, probe_train, test)
 main = train_moco(cfg.steps, copy_at=cfg.sweep_steps)   # its copy at sweep_steps: the shuffle arm's twin
-m0 = train_moco(cfg.stale_steps, probe=False, momentum=0.0)
+# the momentum-0 arm from every seed (stale_steps steps each): the staleness claim's pairs
+m0_by_seed = {s: train_moco(cfg.stale_steps, probe=False, momentum=0.0, seed=s) for s in cfg.seeds}
+m0 = m0_by_seed[cfg.seed]
 # the main recipe from the other seeds, probed at step sweep_steps and at the end: the probe claims' pairs
-reseeded = {s: train_moco(cfg.steps, snapshots=False, seed=s, probe_every=cfg.sweep_steps)
-            for s in cfg.seeds[1:]}
+reseeded = {s: train_moco(cfg.steps, seed=s, probe_every=cfg.sweep_steps) for s in cfg.seeds[1:]}
 unshuffled = train_moco(cfg.sweep_steps, snapshots=False, shuffle_keys=False)
 
 # %% [markdown]
 # ### Experiment: momentum 0 vs 0.99, and how stale the queue is
 #
-# Same window for both arms: steps 1 to `stale_steps`, from the same initialisation. With m = 0
+# Same window for both arms: steps 1 to `stale_steps`, from the same initialisation, once per
+# seed in `cfg.seeds` (the plots show seed 0). With m = 0
 # the key encoder is a copy of the query encoder after every step. The queue records each entry's
 # **age** (enqueue steps since it was written).
 
@@ -474,20 +473,31 @@ print(f"At step {cfg.stale_steps}, a queue entry of the maximal age {slow['max a
       f"fill the queue: {loss_after_fill:.3f} (log(1+K) = {log_1k:.3f}; the worked example's first step: {start_loss:.3f}): "
       f"it has risen {100 * (loss_after_fill - start_loss) / (log_1k - start_loss):.0f}% of the way from the first "
       f"step's loss to log(1+K) and sits {log_1k - loss_after_fill:.2f} nats below it.")
+
+
+def cos_at_max_age(run):
+    return run["snaps"].drift()[int(run["snaps"].ages.max())]
+
+
+cos_m099 = {s: cos_at_max_age(main if s == cfg.seed else reseeded[s]) for s in cfg.seeds}
+cos_m0 = {s: cos_at_max_age(m0_by_seed[s]) for s in cfg.seeds}
+staleness_comparison = compare_paired(cos_m099, cos_m0, ("m=0.99", "m=0"))
+show_table([{"seed": s, "cos at max age, m=0.99": cos_m099[s], "cos at max age, m=0": cos_m0[s]}
+            for s in cfg.seeds])
+print("oldest queue key against today's, paired by seed: " + staleness_comparison.describe(digits=3))
 if cfg.stale_cos_m099_min is not None:
-    print(f"Thresholds asserted below: cos at max age >= {cfg.stale_cos_m099_min} (m=0.99), "
-          f"<= {cfg.stale_cos_m0_max} (m=0); loss over steps {kb + 1}-{2 * kb} within {cfg.loss_climb_tol} nats of log(1+K).")
+    print(f"Thresholds asserted below on every seed: cos at max age >= {cfg.stale_cos_m099_min} (m=0.99), "
+          f"and m = 0.99 above m = 0 by the paired interval; loss over steps {kb + 1}-{2 * kb} within {cfg.loss_climb_tol} nats of log(1+K).")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 expected_max_age = min(cfg.stale_steps, math.ceil(cfg.queue / cfg.batch))
 # identity check of the ring buffer (a key is overwritten after K/B enqueues), not a finding
 assert slow["max age in queue"] == fast["max age in queue"] == expected_max_age, "a key lives K/B steps"
-assert fast["cos at max age"] < slow["cos at max age"], "m=0: old keys no longer match today's encoder"
+assert staleness_comparison.verdict == "m=0.99 > m=0", staleness_comparison.describe(digits=3)
 assert fast["cos at max age"] < fast["cos at age 1"], "keys go stale with age"
 if cfg.stale_cos_m099_min is not None:    # CI: a handful of steps, the encoder barely moves
-    assert slow["cos at max age"] >= cfg.stale_cos_m099_min, "m=0.99: the oldest key still matches today's"
-    assert fast["cos at max age"] <= cfg.stale_cos_m0_max, "m=0: the oldest key has clearly drifted"
+    assert min(cos_m099.values()) >= cfg.stale_cos_m099_min, "m=0.99: the oldest key still matches today's"
 if cfg.loss_climb_tol is not None:
     assert start_loss < log_1k - 0.5 and abs(loss_after_fill - log_1k) < cfg.loss_climb_tol, \
         "once the random queue is replaced by real keys the loss is near log(1+K)"
@@ -496,10 +506,13 @@ if cfg.loss_climb_tol is not None:
 
 # %% [markdown]
 # With m = 0.99 the key encoder moves by 1% of the gap per step, so a key written K/B steps ago
-# still looks like what the encoder would produce now (cosine at least `stale_cos_m099_min`,
-# both printed above). With m = 0, in the same steps, the oldest key has drifted to a cosine of
-# at most `stale_cos_m0_max`: the key encoder jumps with every update, so the keys in the queue
-# come from many different encoders. The paper reports that training then fails (m = 0: no
+# still looks like what the encoder would produce now. With m = 0, in the same steps, the oldest
+# key has drifted further: the key encoder jumps with every update, so the keys in the queue come
+# from many different encoders. Asserted over every seed, each m = 0 arm paired with the main
+# recipe of its seed: the paired difference of the oldest key's cosine resolves m = 0.99 above
+# m = 0, and at default every seed's m = 0.99 arm stays at or above `stale_cos_m099_min` (read
+# off seed 0's run, then held on the four seeds that did not set it). How far the m = 0 arms
+# drift varies a lot from seed to seed (printed), so no bound is asserted on them alone. The paper reports that training then fails (m = 0: no
 # convergence) and attributes it to the rapidly changing encoder reducing the keys'
 # consistency. *Why* inconsistency breaks training — for instance, that the query learns to tell
 # keys apart by which encoder made them rather than by content — is a hypothesis we do not test.
@@ -759,31 +772,17 @@ with torch.no_grad():
 print("cos(query, own key) with the key in its query's BN group minus with a foreign group: " +
       ", ".join(f"{n}-trained {v:+.4f}" for n, v in fingerprint.items()) +
       f"; unshuffled minus shuffled: {fingerprint['unshuffled'] - fingerprint['shuffled']:+.4f}")
-if cfg.shuffle_loss_gap_max is not None:
-    print(f"Asserted below, as bounds on what this budget can see: |loss gap| <= {cfg.shuffle_loss_gap_max}, "
-          f"fingerprint (unshuffled minus shuffled) <= {cfg.fingerprint_max}. The probe gap is printed only: "
-          f"one seed per arm cannot place a probe gap (the main run's per-seed gains above show how far seeds spread).")
-
-# %%
-if cfg.shuffle_loss_gap_max is not None:   # CI: a handful of steps, nothing to compare
-    # what this budget shows is a null result: asserted, so that a leak that did show would fail here
-    assert abs(shuffle_loss_gap) <= cfg.shuffle_loss_gap_max, "no loss advantage without the shuffle here"
-    assert fingerprint["unshuffled"] - fingerprint["shuffled"] <= cfg.fingerprint_max, \
-        "training without the shuffle did not teach the encoder a BN fingerprint here"
+print("Printed, not asserted: one seed per arm, and a gap this run cannot resolve is not evidence "
+      "of no leak (the main run's per-seed probes above show how far seeds spread).")
 
 # %% [markdown]
-# What this scale shows, said plainly: **no training signal of the leak that this budget can
-# see**, which is a bound, not evidence of no leak. Without the shuffle the loss is not lower by
-# more than `shuffle_loss_gap_max` over the last steps of the window; the linear probes are printed
-# but not compared (one seed per arm, where the main run's seeds spread widely); and the
-# fingerprint — how much closer
-# a query is to its own key when that key was normalised with its query's BN group rather than
-# with a group of mostly foreign images — is not larger for the unshuffled-trained encoder than
-# for the shuffled-trained one by more than `fingerprint_max` cosine: the unshuffled encoder did
-# not learn to use the batch statistics in this many steps (figures and thresholds printed above;
-# one seed; the two arms saw the same batches and the same augmentations, checked above, and are
-# compared after the same `sweep_steps` updates). What
-# the paper reports —
+# What this scale shows, said plainly: **nothing about the leak's effect on training.** The loss
+# gap, the probe gap and the fingerprint — how much closer a query is to its own key when that
+# key was normalised with its query's BN group rather than with a group of mostly foreign images,
+# for the unshuffled-trained encoder against the shuffled-trained one — are printed above, from
+# one seed per arm (the two arms saw the same batches and the same augmentations, checked above,
+# and are compared after the same `sweep_steps` updates). One seed cannot resolve them, and a gap
+# it cannot resolve is not evidence that there is no leak. What the paper reports —
 # a loss that drops by cheating and a worse representation — needs more training than this
 # budget; here the shuffle's effect is the overlap, measured exactly: from all of a key's BN group
 # shared with its query's group to about half of it.

@@ -323,7 +323,8 @@ def what_fits(model: str = "GPT-2 small (124M)", batch: int = 8, seq: int = 1024
     ``precision=None`` picks the device's mixed precision: "fp16-mixed" on GPUs without bf16
     (``WITHOUT_BF16``: T4, V100), "bf16-mixed" elsewhere; asking for bf16 on those is an error.
     ``attention="sdpa"`` (the default) counts fused attention, what a GPU run uses: no s²
-    probabilities kept; "eager" counts them (lesson 06's TinyGPT).
+    probabilities kept; "eager" counts them (fp32: TinyGPT's measured count; 16-bit:
+    Korthikanti's, derived).
 
     Returns {"breakdown": {params, grads, optimizer, master_params, activations,
     recompute_workspace}, "total", "capacity", "fits", "headroom"} (bytes). ``fits`` ignores the

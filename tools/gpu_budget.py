@@ -167,14 +167,16 @@ def work_02(p) -> list[Work]:
     augment = SimCLRAugment(p["image_size"], crop_scale=tuple(p["crop_scale"]),
                             color_strength=p["color_strength"], rotate=p["rotate"])
     step = step_flops(build, p["batch"], augment=augment)
-    arms = len(p["temperatures"]) * p["temperature_seeds"] - 1
-    probes = p["seeds"] + 2 + arms + 1 + (p["main_seeds"] - 1)
+    arms = len(p["temperatures"]) * p["temperature_seeds"] - 1   # the main run's snapshot is one
+    no_colour = p["temperature_seeds"]                             # one no-colour arm per seed
+    # floors as built and calibrated, the main run's snapshot and end, the other main seeds, arms
+    probes = 2 * p["seeds"] + 2 + (p["main_seeds"] - 1) + arms + no_colour
     image = forward_flops(SmallResNet(width=p["width"], blocks=blocks))
     gc = sum(step_flops(build, n, augment=augment) for n in p["gc_sweep"]) * 3
     return [Work("main recipe (cfg.steps, from cfg.main_seeds seeds)", p["main_seeds"] * p["steps"], step),
-            Work("temperature arms and the no-colour arm (cfg.ablation_steps each)",
-                 (arms + 1) * p["ablation_steps"], step),
-            Work("probes: random inits, main run twice, every arm (probe_train + probe_test)",
+            Work("temperature arms and the no-colour arms (cfg.ablation_steps each)",
+                 (arms + no_colour) * p["ablation_steps"], step),
+            Work("probes: random inits (two floors), main runs, every arm (probe_train + probe_test)",
                  probes * (p["probe_train"] + p["probe_test"]), image),
             Work("BatchNorm recalibration of the random inits", p["seeds"] * p["calibration_images"], image),
             Work("gradient-caching memory sweep (3 methods per N in cfg.gc_sweep)", 1, gc)]

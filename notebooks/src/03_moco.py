@@ -494,9 +494,9 @@ if cfg.stale_cos_m099_min is not None:
 expected_max_age = min(cfg.stale_steps, math.ceil(cfg.queue / cfg.batch))
 # identity check of the ring buffer (a key is overwritten after K/B enqueues), not a finding
 assert slow["max age in queue"] == fast["max age in queue"] == expected_max_age, "a key lives K/B steps"
-assert staleness_comparison.verdict == "m=0.99 > m=0", staleness_comparison.describe(digits=3)
 assert fast["cos at max age"] < fast["cos at age 1"], "keys go stale with age"
 if cfg.stale_cos_m099_min is not None:    # CI: a handful of steps, the encoder barely moves
+    assert staleness_comparison.verdict == "m=0.99 > m=0", staleness_comparison.describe(digits=3)
     assert min(cos_m099.values()) >= cfg.stale_cos_m099_min, "m=0.99: the oldest key still matches today's"
 if cfg.loss_climb_tol is not None:
     assert start_loss < log_1k - 0.5 and abs(loss_after_fill - log_1k) < cfg.loss_climb_tol, \

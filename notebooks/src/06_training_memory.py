@@ -334,8 +334,8 @@ if peak is not None:
 # optimizer, recomputation and attention and draws the predicted breakdown against a device. It
 # counts fused attention (`scaled_dot_product_attention`, what a GPU run uses) unless told
 # "eager": the fused kernel keeps its output and one log-sum-exp per row and head instead of the
-# s² probabilities this lesson's TinyGPT writes out (`tests/test_memory.py` measures both counts
-# byte for byte on TinyGPT). The static plot shows three settings of GPT-2 small on a T4.
+# s² probabilities this lesson's TinyGPT writes out (in fp32 both counts are TinyGPT's, measured
+# byte for byte in `tests/test_memory.py`; the 16-bit ones are Korthikanti's, derived). The static plot shows three settings of GPT-2 small on a T4.
 
 # %%
 what_fits_widget()
@@ -362,7 +362,8 @@ plt.show()
 #   TinyGPT has no dropout, so its count is the derived one above; the two agree in structure, not
 #   in constants. Autocast's per-op dtypes differ between devices (softmax is fp32 on CUDA, bf16
 #   on CPU), which is why claim 4 predicts per device; the CUDA row is an op-by-op prediction
-#   that a CPU cannot check, asserted exactly only when the lesson runs on a GPU.
+#   plus one term fitted to a GPU run, which a CPU cannot check, asserted exactly only when the
+#   lesson runs on a GPU.
 # - The T4 (Colab) and the V100 have no bf16: there mixed precision is fp16 autocast with a
 #   GradScaler, which stores the same bytes as bf16 would (both 16-bit types take 2 bytes, and
 #   the fp32 copies are the same); "what fits" picks it for them (`precision=None`),

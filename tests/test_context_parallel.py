@@ -75,3 +75,8 @@ def test_three_and_four_ranks_equal_unsplit_attention_fp64(world_size):
             assert r[arm]["score_blocks"] == r[arm]["predicted_blocks"]
     zigzag = [r["causal zig-zag"]["score_blocks"] for r in results]
     assert len(set(zigzag)) == 1, zigzag          # the zig-zag split evens the work at any n
+    # and so does the work the ledger counts, apart from the ring's counter: the same matmul FLOPs
+    # per predicted block on every rank and arm (a block computed, then masked, would cost more)
+    per_block = {r[arm]["flops_split"] / r[arm]["predicted_blocks"] for r in results for arm in r}
+    assert len(per_block) == 1, per_block
+    assert len({r["causal zig-zag"]["flops_split"] for r in results}) == 1

@@ -223,6 +223,12 @@ def head_activation_bytes(seq: int, batch: int, hidden: int, vocab: int, precisi
     return 24 * sb + 8 * seq + 8 * sbh + 4 * sb * vocab + 4
 
 
+def _with_attention(recompute: str, attention: str) -> str:
+    """Selective recomputation re-runs eager attention's s² tensors; fused attention keeps none,
+    so with it "selective" recomputes nothing: the "none" count (TinyGPT refuses the pair)."""
+    return "none" if attention == "sdpa" and recompute == "selective" else recompute
+
+
 def transformer_activation_bytes(layers: int, hidden: int, heads: int, vocab: int, seq: int,
                                  batch: int, *, precision: str = "fp32",
                                  recompute: str = "none", attention: str = "eager") -> int:
@@ -234,9 +240,8 @@ def transformer_activation_bytes(layers: int, hidden: int, heads: int, vocab: in
     counts); selective recomputation with "sdpa" in fp32 is the "none" count (nothing to recompute).
     """
     checks.choice(precision, "precision", PRECISIONS)
+    recompute = _with_attention(recompute, attention)
     if precision not in MIXED_PRECISIONS:
-        if attention == "sdpa" and recompute == "selective":
-            recompute = "none"
         return tinygpt_activation_bytes(layers, hidden, heads, vocab, seq, batch, recompute=recompute,
                                         attention=attention)
     _positive_ints(layers=layers)
@@ -252,7 +257,8 @@ def recompute_transient_bytes(hidden: int, heads: int, seq: int, batch: int, *,
     checks.choice(precision, "precision", PRECISIONS)
     per_layer = (korthikanti_layer_activation_bytes if precision in MIXED_PRECISIONS
                  else tinygpt_layer_activation_bytes)
-    if recompute == "none" or (attention == "sdpa" and recompute == "selective"):
+    recompute = _with_attention(recompute, attention)
+    if recompute == "none":
         return 0
     return (per_layer(seq, batch, hidden, heads, "none", attention=attention)
             - per_layer(seq, batch, hidden, heads, recompute, attention=attention))

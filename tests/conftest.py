@@ -59,8 +59,7 @@ def pytest_collection_modifyitems(items):
     def longest_first(item):
         module = getattr(item, "module", None)
         name = module.__name__ if module is not None else Path(str(item.fspath)).stem
-        return (background.order(name) if name in background.LANE else len(background.LANE),
-                -background.WEIGHT.get(name, 0))
+        return background.order(name), -background.WEIGHT.get(name, 0)
     items.sort(key=longest_first if background.under_xdist() else waits)
 
 

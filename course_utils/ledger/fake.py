@@ -16,8 +16,14 @@ What a fake run cannot know: anything that depends on the values (a data-depende
 ``.item()`` branch; torch raises ``DataDependentOutputException`` naming the op), how fast the
 kernels run, how communication overlaps compute, and the allocator's caching and fragmentation.
 
-Private torch APIs (``torch._subclasses.fake_tensor`` and the fake backend, which lives under
-``torch.testing._internal``) are imported here and nowhere else.
+``peak_live_bytes(step, model=, optimizer=)`` adds what the ledger's lines leave out: the peak of
+*every* live tensor during one step (temporaries, gradients, FSDP2's gathered parameters, what a
+selective checkpoint caches), by category, from torch's memory tracker, which runs on fake
+tensors too. It still cannot see the allocator: a GPU's peak *reserved* memory is higher.
+
+Private torch APIs (``torch._subclasses.fake_tensor``, the fake backend, which lives under
+``torch.testing._internal``, and the memory trackers under ``torch.distributed._tools``) are
+imported here and nowhere else.
 """
 from __future__ import annotations
 
@@ -42,6 +48,9 @@ def _private(what: str):
             # importing the module registers the "fake" backend with torch.distributed
             from torch.testing._internal.distributed.fake_pg import FakeStore
             return FakeStore
+        if what in ("MemTracker", "FSDPMemTracker"):
+            from torch.distributed._tools import fsdp2_mem_tracker, mem_tracker
+            return getattr(fsdp2_mem_tracker if what.startswith("FSDP") else mem_tracker, what)
         if what == "data_dependent_errors":
             from torch._subclasses import fake_tensor
             return (fake_tensor.DataDependentOutputException,
@@ -122,6 +131,31 @@ def fake_world(world_size: int):
         raise
     finally:
         dist.destroy_process_group()
+
+
+def peak_live_bytes(step, *, model: nn.Module, optimizer=None) -> dict[str, int]:
+    """Run ``step()`` once under torch's memory tracker; return the bytes alive at the step's
+    peak, by category ("Activation", "Temp", "OptState", FSDP2's "Sharded Param" and "Unsharded
+    Param", ...; names as the tracker gives them), and "Total". Real or fake tensors.
+
+    Why torch's tracker and not the ledger's lines: the peak holds temporaries no line books
+    (a loss's gradient, the block being recomputed) and tensors saved where saved-tensor hooks do
+    not look (a selective checkpoint's cache). ``model`` an FSDP2 module (``fully_shard``: the
+    FSDP tracker, which splits sharded from gathered parameters) or any module. Run one step
+    before, so the optimizer state exists. Tracker: ``torch.distributed._tools`` (private)."""
+    from torch.distributed.fsdp import FSDPModule
+    if isinstance(model, FSDPModule):
+        tracker = _private("FSDPMemTracker")(model, optimizer)
+    else:
+        tracker = _private("MemTracker")()
+        tracker.track_external(*(m for m in (model, optimizer) if m is not None))
+    with tracker:
+        step()
+    per_device = tracker.get_tracker_snapshot("peak")
+    if len(per_device) != 1:   # each device peaks at its own moment: their sum is no one peak
+        raise ValueError(f"the step used {len(per_device)} devices ({', '.join(map(str, per_device))}); "
+                         "peak_live_bytes reports one device's peak: keep the step on one device")
+    return {getattr(kind, "value", kind): nbytes for kind, nbytes in next(iter(per_device.values())).items()}
 
 
 def to_device(module: nn.Module, device) -> nn.Module:

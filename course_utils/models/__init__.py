@@ -6,6 +6,9 @@
 - ``heads.py``: ``MLP`` and ``ProjectionHead``.
 - ``transformer.py``: ``TinyGPT`` (lesson 06's measurable GPT-like model) and ``GPT_SHAPES``, the
   one table of GPT-like shapes the kit sizes.
+- ``llama.py``: ``Llama`` and ``LLAMA_SHAPES``, a Llama-3-shaped decoder (RMSNorm, RoPE,
+  grouped-query attention, SwiGLU, untied output) as TorchTitan builds it, for lesson 11's check
+  of the planner against TorchTitan's published memory figures.
 - ``build.py``: ``build_encoder(name, image_size, in_channels)`` for the names in ``ENCODERS``,
   ``count_parameters`` and ``clone_module`` (``to_device``, for fake tensors, is the ledger's:
   ``course_utils.ledger.fake``).
@@ -21,6 +24,7 @@ from __future__ import annotations
 from .build import ENCODERS, build_encoder, clone_module, count_parameters
 from .heads import MLP, ProjectionHead
 from .resnet import BasicBlock, SmallResNet
+from .llama import LLAMA_SHAPES, Llama
 from .transformer import GPT_SHAPES, TinyGPT
 from .vit import Attention, FeedForward, TransformerBlock, ViT, sincos_position_embedding_2d
 
@@ -36,6 +40,8 @@ __all__ = [
     "ProjectionHead",
     "TinyGPT",
     "GPT_SHAPES",
+    "Llama",
+    "LLAMA_SHAPES",
     "build_encoder",
     "count_parameters",
     "clone_module",

@@ -39,7 +39,8 @@ from course_utils.experiments.training_memory import recompute_tradeoff
 from course_utils.experiments.planning import assumptions, fsdp_gathered_bytes
 from course_utils.experiments.planning import (gathered_negatives_ledger, gpt_ledger, ledger_lines, plan_run,
                                       resnet50_encoder, ssl_ledger, vit_large_16)
-from course_utils.models import GPT_SHAPES, SmallResNet
+from course_utils.experiments.published import PLAN_OVER_PUBLISHED, against_published
+from course_utils.models import GPT_SHAPES, LLAMA_SHAPES, SmallResNet
 from course_utils.plots import planner_widget
 from course_utils.report import headline, show_table
 from course_utils.runtime import setup
@@ -395,6 +396,11 @@ assert eager.activation_bytes - gpt["fsdp", n0, "none"].activation_bytes == \
 #   batch 256, and 93.0 GB (extrapolated) per GPU for end-to-end, SimCLR-style training at batch
 #   4096, i.e. 512 images per GPU. A GPU's peak also holds what the ledger cannot see (cuDNN
 #   workspaces, allocator caching), so the ledger must come in below each, but not below half.
+- TorchTitan's Llama 3.1 8B (its benchmark page `benchmarks/llama3_h100_202412_torchtitan.md`,
+  Tables 1 and 3, checked; torchtitan commit 9dec370): FSDP2 on 8 and on 128 H100s, 2 sequences
+  of 8,192 tokens per GPU, selective op checkpointing, bf16 parameters and fp32 gradient
+  reduction, AdamW: a peak of 82.4 and 67.0 GiB per GPU. That column is the CUDA allocator's
+  peak *reserved* memory (`max_reserved_gib` in its training loop). The next cells plan that run.
 
 # %%
 PUBLISHED = dict(resnet50_gmacs=4.09, he2016_resnet50_gmacs=3.8, vitl_params=304e6,
@@ -425,6 +431,92 @@ if cfg.paper:   # FLOPs and bytes at 224 px need the paper's image size
     assert abs(mae_speed_up / PUBLISHED["mae_speed_up"] - 1) < 0.10, mae_speed_up
     for k in ("moco_gpu_bytes", "e2e_4096_gpu_bytes"):
         assert 0.5 < measured[k] / PUBLISHED[k] <= 1.0, (k, measured[k])
+
+# %% [markdown]
+# ### A published run, planned: TorchTitan's Llama 3.1 8B
+#
+# The GPT-like model above is not the one anybody published a memory figure for, so here is one
+# that is. `course_utils.models.Llama` is Llama 3's shape built the way TorchTitan built it when
+# it measured (RMSNorm in fp32, rotary embeddings, 8 key/value heads repeated to 32, a SwiGLU
+# MLP of width 14,336, an output layer of its own over 128,256 tokens, the loss on fp32 logits),
+# and `experiments.published.llama_fsdp_peak` shards it over fake GPUs as TorchTitan's
+# `apply_fsdp` does, with TorchTitan's selective *op* checkpointing: inside each block, the
+# outputs of the attention kernel and of every matmul but every second one (4 of the 7) are kept,
+# the rest recomputed. Its docstring lists what we inferred about the published run rather than
+# read on the page (the sequence length, the *op* variant, flash attention, which memory figure).
+#
+# Two things change from the planner above, both because the published figure is a *peak*. The
+# ledger's lines are what a step keeps; the peak also holds the temporaries of the moment it
+# happens. So this plan reads torch's memory tracker (`ledger.peak_live_bytes`), which follows
+# every live tensor through one step on fake tensors and reports the largest total, by kind. And
+# the published column is the allocator's *reserved* peak: its cached blocks, fragmentation and
+# workspaces come on top of the live tensors, and no CPU plan sees them. The plan must therefore
+# come in below the published figure. How far below we can only state from these two rows: the
+# band asserted, at most 20% below, was written down after the first run.
+
+# %%
+published = against_published(layers=None if cfg.paper else cfg.gpt_layers)
+show_table([{"source": r["table"], "GPUs": r["gpus"], "layers planned": r["layers"],
+             "published reserved GiB": r["reserved_gib"], "plan: live peak GiB": r["planned_gib"],
+             "plan / published": r["ratio"] if cfg.paper else "(a slice: not comparable)"} for r in published])
+kinds = ("Activation", "Temp", "Unsharded Param", "Sharded Param", "OptState")
+fig, ax = plt.subplots(figsize=(7, 3))
+bottom = [0.0] * len(published)
+for kind in kinds:
+    sizes = [r["peak"].get(kind, 0) / 2**30 for r in published]
+    ax.barh([f"{r['gpus']} GPUs" for r in published], sizes, left=bottom, label=kind)
+    bottom = [b + v for b, v in zip(bottom, sizes)]
+for i, r in enumerate(published):
+    ax.plot([r["reserved_gib"]] * 2, [i - 0.4, i + 0.4], "k--", label="published (reserved)" if i == 0 else None)
+ax.set_xlabel("GiB per GPU at the step's peak")
+ax.set_title(f"Llama 3.1 8B, {published[0]['layers']} layers planned, FSDP2, batch 2 × 8192")
+ax.legend(fontsize=7, loc="lower right")
+plt.show()
+llama = LLAMA_SHAPES["Llama 3.1 8B"]
+eight, many = published
+tokens = eight["batch"] * eight["seq"]                        # per GPU
+logit_bytes = tokens * llama["vocab"] * 4                         # one fp32 copy of the logits
+kv_width = llama["kv_heads"] * llama["hidden"] // llama["heads"]
+# per block, as models.llama derives it: 2·b·s·(4h + g·d + f) in bf16, 4·b·a·s for the log-sum-exp
+block_kept = 2 * tokens * (4 * llama["hidden"] + kv_width + llama["ffn"]) + 4 * tokens * llama["heads"]
+others_kept = eight["peak"]["Activation"] - logit_bytes       # kept for backward, less log-softmax's output
+blocks_share = eight["layers"] * block_kept / others_kept
+logit_share = (eight["peak"]["Temp"] + logit_bytes) / others_kept
+print(f"at the peak (the loss's backward): two fp32 gradients of the logits {eight['peak']['Temp'] / 2**30:.1f} GiB, "
+      f"log-softmax's kept fp32 output {logit_bytes / 2**30:.1f} GiB, everything else kept for backward "
+      f"{others_kept / 2**30:.1f} GiB ({blocks_share:.0%} of it the {eight['layers']} blocks'), gathered bf16 "
+      f"parameters {eight['peak']['Unsharded Param'] / 2**30:.1f} GiB")
+print(f"the loss's logits at the peak (kept output and two transient gradients): {logit_share:.2f}x everything "
+      "else kept for backward")
+state_drop = 12 * eight["params"] * (1 / eight["gpus"] - 1 / many["gpus"])   # fp32 parameters and AdamW, sharded
+plan_drop = eight["peak"]["Total"] - many["peak"]["Total"]
+print(f"from {eight['gpus']} to {many['gpus']} GPUs the published peak falls "
+      f"{eight['reserved_gib'] - many['reserved_gib']:.1f} GiB, the plan's {plan_drop / 2**30:.1f} GiB "
+      f"(12 bytes per parameter sharded: {state_drop / 2**30:.1f} GiB)")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for r in published:   # the loss's backward: two fp32 gradients the size of the logits are live,
+    assert r["peak"]["Temp"] == 2 * logit_bytes            # and backward has made no gradient yet
+    assert r["peak"]["Sharded Grad"] == 0
+assert abs(plan_drop / state_drop - 1) < 1e-3   # only the fp32 parameters and AdamW state shrink
+if cfg.paper:
+    assert blocks_share > 0.95, blocks_share
+    assert 0.5 < logit_share < 1, logit_share
+    assert all(PLAN_OVER_PUBLISHED[0] <= r["ratio"] <= PLAN_OVER_PUBLISHED[1] for r in published), \
+        [r["ratio"] for r in published]
+    assert eight["reserved_gib"] - many["reserved_gib"] > plan_drop / 2**30
+
+# %% [markdown]
+# The plan lands below both published figures and within the stated 20% (the ratios are
+# printed above and asserted). Where the memory is at the peak is the lesson: with a vocabulary of
+# 128,256, the loss's fp32 logits, which no activation checkpointing touches, hold more than half
+# as much as everything else kept for backward, almost all of which is the 32 blocks' (both
+# shares printed above and asserted). What the plan does not explain: the published peak falls
+# more from 8 to 128 GPUs than the plan's, which shrinks by the sharded fp32 parameters and AdamW
+# state only (12 bytes per parameter, asserted: backward has made no gradient yet when it
+# peaks). Where the rest of the published difference comes from, this plan cannot say.
+# At the CI scale the cells above plan a 2-layer slice and assert only what holds at any depth.
 
 # %% [markdown]
 # Three figures are identities, not evidence — true by construction, asserted so that a change to

@@ -98,6 +98,13 @@ def test_textures_and_photos():
     check_dataset(train, 2048, (3, 32, 32), 8)
     check_dataset(load_dataset("textures", "test"), 512, (3, 32, 32), 8)
     assert torch.equal(train.images, load_dataset("textures", "train").images)
+    # the recoloured crops: the same crops and labels, each its own colour, the same on every load
+    recoloured = load_dataset("textures-recoloured", "train")
+    check_dataset(recoloured, 2048, (3, 32, 32), 8)
+    assert torch.equal(recoloured.labels, train.labels)
+    assert torch.equal(recoloured.images, load_dataset("textures-recoloured", "train").images)
+    hue_gap = (recoloured.images.mean(dim=(2, 3)) - train.images.mean(dim=(2, 3))).abs().mean()
+    assert hue_gap > 0.05, hue_gap
     assert "astronaut" in data.available_photos()
     photo = data.load_photo("astronaut", 48)
     assert photo.shape == (3, 48, 48) and photo.dtype == torch.float32

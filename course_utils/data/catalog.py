@@ -13,6 +13,7 @@ _SPLITS = {
     "shapes": ("train", "test"),
     "digits": ("train", "test"),
     "textures": ("train", "test"),
+    "textures-recoloured": ("train", "test"),
     "cifar10": ("train", "test"),
     "stl10": ("train", "test", "unlabeled"),
 }
@@ -52,8 +53,8 @@ def load_dataset(name: str, split: str = "train", *, image_size: int | None = No
         images_u8, labels, classes = load_shapes(split, limit)
     elif name == "digits":
         images_u8, labels, classes = load_digits(split)
-    elif name == "textures":
-        images_u8, labels, classes = load_textures(split)
+    elif name in ("textures", "textures-recoloured"):
+        images_u8, labels, classes = load_textures(split, recoloured=name == "textures-recoloured")
     else:
         images_u8, labels, classes = load_torchvision(name, split, download, limit)
 

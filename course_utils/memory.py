@@ -58,9 +58,11 @@ MEMORY_KEYS = ("params", "grads", "optimizer", "master_params", "activations", "
 # Nominal memory of common accelerators (bytes). Usable memory is a little lower: the CUDA
 # context and the allocator take their share before the first tensor.
 DEVICES = {
-    # The T4 is sold as 16 GB, but the card shows 15 GiB and about 14.7 GiB is left for tensors
-    # after the CUDA context: "what fits" must use that. (It has no bf16 either: there people
-    # train fp16 + GradScaler, which stores the same 2-byte weights, gradients and activations.)
+    # The T4 is sold as 16 GB; on Colab torch reports about 14.7 GiB of total memory for it
+    # (torch.cuda.get_device_properties(0).total_memory, as commonly quoted; not re-checked here,
+    # no T4 was lent), and the CUDA context takes some of that too: "what fits" must not use 16.
+    # (It has no bf16 either: there people train fp16 + GradScaler, which stores the same 2-byte
+    # weights, gradients and activations.) The others: the marketed size, in GiB.
     "T4 (Colab) 16 GB": int(14.7 * 2**30),
     "V100 16 GB": 16 * 2**30,
     "L4 24 GB": 24 * 2**30,

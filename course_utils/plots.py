@@ -274,7 +274,7 @@ def planner_widget():
             plan = plan_run(model, per_device_batch=per_device_batch, size=size, devices=devices,
                             strategy=strategy, recompute=recompute, precision=precision,
                             optimizer=optimizer, queue_size=queue_size, mask_ratio=mask_ratio,
-                            attention=attention, device_bytes=device_gb * 1e9,
+                            attention=attention, device_bytes=device_gb * 2**30,
                             peak_flops=peak_tflops * 1e12, mfu=mfu)
         except ValueError as err:   # e.g. FSDP for a ResNet: say why instead of a traceback
             print(err)
@@ -287,7 +287,7 @@ def planner_widget():
         for line in plan["assumptions"]:
             print(f"  assumes {line}")
         verdict = "fits" if plan["fits"] else "does NOT fit"
-        print(f"{verdict} on a {device_gb} GB device (margin {plan['margin_bytes'] / 1e9:+.1f} GB); "
+        print(f"{verdict} on a {device_gb} GiB device (margin {plan['margin_bytes'] / 1e9:+.1f} GB); "
               f"step ≈ {plan['step_seconds']:.2f} s at {mfu:.0%} MFU of {peak_tflops} TFLOP/s")
 
     return w.interactive(

@@ -255,7 +255,7 @@ PLANNED_MODELS = (*SSL_MODELS, *GPT_SIZES)
 def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str = "ddp",
              recompute: str = "none", size: int | None = None, precision: str | None = None,
              optimizer: str | None = None, queue_size: int = 65536, mask_ratio: float = 0.75,
-             attention: str = "sdpa", device_bytes: float = 80e9, peak_flops: float = 312e12,
+             attention: str = "sdpa", device_bytes: float = 80 * 2**30, peak_flops: float = 312e12,
              mfu: float = 0.4) -> dict:
     """Measure one step of ``model`` (``PLANNED_MODELS``) on fake tensors and ``devices`` fake
     ranks; return the per-device ledger ``record``, ``gathered_bytes`` (FSDP: the full 16-bit

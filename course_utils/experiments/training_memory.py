@@ -64,7 +64,7 @@ def recompute_tradeoff(layers: int, hidden: int, heads: int, vocab: int, seq: in
                                         recompute=mode, device=device, seed=seed)
         x, y = random_tokens(batch, seq, vocab, generator=torch.Generator().manual_seed(seed),
                              device=device)
-        seconds = _median_step_time(lambda: model.loss(x, y).backward(), repeats)
+        seconds = _median_step_time(lambda: _fresh_backward(model, x, y), repeats, device)
         rows.append({"mode": mode, "activation_bytes": record.activation_bytes,
                      "flops": record.flops, "forward_flops": record.forward_flops, "seconds": seconds,
                      "mfu": utilisation(record.flops, seconds, device)["mfu"]})
@@ -76,15 +76,23 @@ def recompute_tradeoff(layers: int, hidden: int, heads: int, vocab: int, seq: in
     return rows
 
 
-def _median_step_time(step, repeats: int) -> float:
+def _fresh_backward(model, x, y) -> None:
+    """Forward and backward from no gradients, as every timed step (and the warm-up) starts:
+    accumulating into existing ones would time a different step from the first."""
+    model.zero_grad(set_to_none=True)
+    model.loss(x, y).backward()
+
+
+def _median_step_time(step, repeats: int, device) -> float:
+    cuda = checks.device(device).type == "cuda"   # synchronise only where the step runs on CUDA
     step()  # warm-up
     times = []
     for _ in range(repeats):
-        if torch.cuda.is_available():
+        if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         step()
-        if torch.cuda.is_available():
+        if cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     return sorted(times)[len(times) // 2]

@@ -89,10 +89,12 @@ assert ddp_per_rank == sum(sharding.predicted_state_bytes(seven_b, 64, "ddp").va
 #
 # DDP's row holds only because the kit builds DDP with `gradient_as_bucket_view=True`. By
 # default DDP copies every gradient into flat communication *buckets* before the all-reduce and
-# copies the result back, so each rank holds the gradients twice: 4Ψ + **4Ψ + 4Ψ** + 8Ψ. As bucket
+# copies the result back, so each rank holds the gradients twice: 4Ψ + **4Ψ + 4Ψ** + 8Ψ (as
+# torch's `DistributedDataParallel` documentation describes `gradient_as_bucket_view`; not measured
+# here: the ledger counts gradient tensors, and the default's buckets are not gradients). As bucket
 # views, each `p.grad` is a slice of its bucket and there is one copy. The evidence below checks
-# it from the storage layout: the gradients live in as many storages as DDP has buckets, not one
-# per parameter.
+# that side from the storage layout: the gradients live in as many storages as DDP has buckets,
+# not one per parameter.
 #
 # ZeRO-1 and 2 are free in communication in the paper's algorithm: an all-reduce *is* a
 # reduce-scatter plus an all-gather, they just keep a different half (torch's ZeRO-1 pays more,

@@ -363,6 +363,7 @@ print(f"naive save: child exit code {code_naive}; load says:\n  {naive_error}")
 assert code_atomic < 0 and code_naive < 0, "both children must have been killed"
 assert torch.equal(survivor["model"]["net.0.weight"], model_s.state_dict()["net.0.weight"].cpu())  # checkpoint.load maps to the CPU
 assert isinstance(naive_error, checkpoint.CorruptCheckpointError) and "naive.pt" in str(naive_error)
+assert list(workdir.glob(".last.pt.*.tmp")), "the killed atomic save leaves its temporary file behind"
 
 # %% [markdown]
 # **Claim 5.** Early stopping on a validation metric: evaluate every few steps, stop when the
@@ -378,8 +379,12 @@ evaluator = EvalEvery(max(cfg.es_steps // 30, 2), lambda: {"val_acc": val_accura
 stopper = EarlyStopping("val_acc", mode="max", patience=4, model=model_e)
 es_hist = fit(step_e, data_e, steps=cfg.es_steps, callbacks=[evaluator, stopper], desc="early stopping")
 final_acc = val_accuracy(model_e)
+eval_steps = es_hist.series("step", evals=True)
+evals_after_best = [t for t in eval_steps if t > stopper.best_step]
+stopped_early = es_hist.last("step") < cfg.es_steps
 print(f"ran {es_hist.last('step')} of {cfg.es_steps} steps; best val acc {stopper.best:.3f} at step "
-      f"{stopper.best_step}; restored model: {final_acc:.3f}")
+      f"{stopper.best_step}; restored model: {final_acc:.3f}; {len(evals_after_best)} evaluations after "
+      f"the best, patience {stopper.patience}: {'stopped early' if stopped_early else 'ran to the end'}")
 fig, ax = plt.subplots(figsize=(6, 3))
 ax.plot(es_hist.series("step", evals=True), es_hist.series("val_acc", evals=True), marker="o")
 ax.axvline(stopper.best_step, color="g", ls="--", label="best")
@@ -393,6 +398,13 @@ plt.show()
 assert abs(final_acc - stopper.best) < 1e-9, "EarlyStopping must restore the best weights"
 assert final_acc == max(es_hist.series("val_acc", evals=True))  # the best of *every* evaluation
 assert es_hist.series("step", evals=True)[-1] == es_hist.last("step")  # ... the last one included
+# the rule: stopped at the patience-th evaluation without improvement, or never reached it
+if stopped_early:
+    assert len(evals_after_best) == stopper.patience, (evals_after_best, stopper.patience)
+else:
+    assert len(evals_after_best) < stopper.patience, (evals_after_best, stopper.patience)
+if SCALE != "ci":   # the claim's demonstration: at default and gpu scale the run does stop early
+    assert stopped_early, "early stopping never triggered at this scale"
 
 # %% [markdown]
 # **Claim 6.** A distributed run resumes exactly too, after one of its ranks dies.

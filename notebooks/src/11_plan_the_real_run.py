@@ -61,11 +61,11 @@ cfg = config(
 )
 device = setup(SCALE, seed=cfg.seed)
 # Assumptions, not measurements: change them to your device's.
-GPU_BYTES = 80e9          # one 80 GB accelerator (A100 80GB / H100)
+GPU_BYTES = 80 * 2**30    # one "80 GB" accelerator (A100 80GB / H100) holds 80 GiB, as memory.DEVICES and lesson 06 count it
 MARGIN = 0.9              # keep 10% for what the ledger cannot see (workspaces, fragmentation)
 PEAK_FLOPS = 312e12       # A100 dense bf16 peak as NVIDIA's datasheet gives it (not re-checked here)
 MFU = 0.40                # assumed model FLOPs utilisation of a well-tuned run
-print(device, f"| planning for {GPU_BYTES / 1e9:.0f} GB devices, peak {PEAK_FLOPS / 1e12:.0f} TFLOP/s, MFU {MFU:.0%}")
+print(device, f"| planning for {GPU_BYTES / 2**30:.0f} GiB ({GPU_BYTES / 1e9:.1f} GB) devices, peak {PEAK_FLOPS / 1e12:.0f} TFLOP/s, MFU {MFU:.0%}")
 
 # %% [markdown]
 # ## 1 · The problem
@@ -309,7 +309,7 @@ ax.bar(labels, kept, bottom=resident, label="kept for backward")
 ax.bar(labels, gathered, bottom=[a + b for a, b in zip(resident, kept)], label="gathered (FSDP2)")
 ax.bar(labels, [cuda_logits(s) / 1e9 for s, _, _ in gpt],
        bottom=[a + b + c for a, b, c in zip(resident, kept, gathered)], label="CUDA autocast logits (DDP)")
-ax.axhline(GPU_BYTES / 1e9, color="k", ls="--", label="80 GB")
+ax.axhline(GPU_BYTES / 1e9, color="k", ls="--", label="80 GiB device")
 ax.set_ylabel("GB per GPU")
 ax.set_title(f"{cfg.gpt_layers}-layer GPT, seq {GPT_7B['seq']}: what one GPU holds")
 ax.legend(fontsize=8)
@@ -576,7 +576,7 @@ show_table([
     {"run": "7B GPT, 2T tokens", "predicted at our MFU": f"{llama_gpu_hours:,.0f} GPU-h (A100)",
      "reported": "184,320 GPU-h (LLaMA 2 7B)", "implied MFU": llama_implied_mfu},
 ])
-flash_extra = gpt["fsdp", n1, "none"].flops / eager.flops - 1   # the scores flash recomputes
+flash_extra = gpt["fsdp", n0, "none"].flops / eager.flops - 1   # the scores flash recomputes
 print(f"{cfg.gpt_layers}-layer GPT, one sequence of {GPT_7B['seq']} tokens per GPU: {step_seconds(eager.flops):.2f} s per step at "
       f"{MFU:.0%} MFU (model FLOPs); the hardware does {100 * flash_extra:.1f}% more with flash attention's "
       f"recomputed scores and {100 * (recompute_flops[n1] - 1):.0f}% more with full recomputation, "

@@ -38,6 +38,8 @@ notebooks):
     test_five_part_pattern                          -> five_part_pattern
   tests/test_student_editions.py (every source)
     test_student_edition_is_up_to_date              -> student_edition_is_up_to_date
+
+Rules added since (no old test): markdown_lines_are_comments (every source).
     test_student_edition_has_no_solutions_or_hidden_tests -> student_edition_has_no_solutions_or_hidden_tests
     test_every_exercise_is_followed_by_its_check    -> every_exercise_is_followed_by_its_check
     test_nothing_after_an_exercise_uses_its_answer  -> nothing_after_an_exercise_uses_its_answer
@@ -329,6 +331,19 @@ def notebook_is_what_jupytext_builds(lesson: Lesson) -> list[str]:
     if kernel != "python3":
         out.append(f"{lesson.notebook.name}: kernelspec {kernel!r}, want 'python3' (nbval and "
                    "papermill start this kernel): run `make notebooks`")
+    return out
+
+
+def markdown_lines_are_comments(lesson: Lesson) -> list[str]:
+    """In the percent source every line of a markdown cell is a comment: an uncommented line is
+    kept as text by jupytext, but tools that read the source as Python (tools/gpu_budget.py reads
+    the presets from it) stop at it."""
+    out, kind = [], None
+    for number, line in enumerate(lesson.src.read_text().splitlines(), 1):
+        if line.startswith("# %%"):
+            kind = "markdown" if "[markdown]" in line else "other"
+        elif kind == "markdown" and line.strip() and not line.startswith("#"):
+            out.append(f"notebooks/src/{lesson.src.name}:{number}: a markdown line without '# ': {line[:60]!r}")
     return out
 
 
@@ -676,7 +691,7 @@ NOTEBOOK_RULES: list[Rule] = [
     scale_goes_through_runtime_setup, five_part_pattern, two_to_four_exercises,
 ]
 SOURCE_RULES: list[Rule] = [  # notebook_is_what_jupytext_builds needs the source too
-    student_edition_is_up_to_date, student_edition_has_no_solutions_or_hidden_tests,
+    markdown_lines_are_comments, student_edition_is_up_to_date, student_edition_has_no_solutions_or_hidden_tests,
     every_exercise_is_followed_by_its_check, nothing_after_an_exercise_uses_its_answer,
 ]
 ASSIGNMENT_RULES: list[Rule] = [  # for the fixture and every lesson with exercises

@@ -13,3 +13,13 @@ def test_lesson_follows_the_house_rules(name, sources, dist):
     if found:
         pytest.fail(f"{name} breaks {len(found)} house rule(s) (tests/notebook_rules.py):\n"
                     + "\n".join(f"  - {p}" for p in found), pytrace=False)
+
+
+def test_an_uncommented_markdown_line_is_named(tmp_path):
+    class Source:
+        src = tmp_path / "99_x.py"
+    Source.src.write_text("# %% [markdown]\n# # Title\n- a list item without its '# '\n\n# %%\nx = 1\n")
+    found = rules.markdown_lines_are_comments(Source())
+    assert len(found) == 1 and "99_x.py:3" in found[0]
+    Source.src.write_text("# %% [markdown]\n# # Title\n# - fine\n\n# %%\nx = 1\n")
+    assert rules.markdown_lines_are_comments(Source()) == []

@@ -396,11 +396,12 @@ assert eager.activation_bytes - gpt["fsdp", n0, "none"].activation_bytes == \
 #   batch 256, and 93.0 GB (extrapolated) per GPU for end-to-end, SimCLR-style training at batch
 #   4096, i.e. 512 images per GPU. A GPU's peak also holds what the ledger cannot see (cuDNN
 #   workspaces, allocator caching), so the ledger must come in below each, but not below half.
-- TorchTitan's Llama 3.1 8B (its benchmark page `benchmarks/llama3_h100_202412_torchtitan.md`,
-  Tables 1 and 3, checked; torchtitan commit 9dec370): FSDP2 on 8 and on 128 H100s, 2 sequences
-  of 8,192 tokens per GPU, selective op checkpointing, bf16 parameters and fp32 gradient
-  reduction, AdamW: a peak of 82.4 and 67.0 GiB per GPU. That column is the CUDA allocator's
-  peak *reserved* memory (`max_reserved_gib` in its training loop). The next cells plan that run.
+# - TorchTitan's Llama 3.1 8B (its benchmark page `benchmarks/llama3_h100_202412_torchtitan.md`,
+#   Tables 1 and 3, checked; torchtitan commit 9dec370): FSDP2 on 8 and on 128 H100s, local batch
+#   2, "selective activation checkpointing": a peak of 82.4 and 67.0 GiB per GPU. Inferred, not on
+#   the page (`experiments.published` says from where): sequence 8,192, the *op* variant of
+#   selective checkpointing, bf16 parameters with fp32 gradient reduction, AdamW, and that the
+#   column is the CUDA allocator's peak *reserved* memory. The next cells plan that run.
 
 # %%
 PUBLISHED = dict(resnet50_gmacs=4.09, he2016_resnet50_gmacs=3.8, vitl_params=304e6,

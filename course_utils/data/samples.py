@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import checks
+from ..augment.photometric import adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation
 from .dataset import to_float_resized
 from .storage import cached
 
@@ -94,7 +95,6 @@ def _recolour(images_u8: torch.Tensor, labels: torch.Tensor, classes: list[str],
     tones (a linear probe on its features scores 70% on "textures"), which leaves a learned
     encoder little to add. With colour drawn per crop, the class is in the texture only: the
     random-init floor drops and self-supervised training has room to show what it learns."""
-    from ..augment.photometric import adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation
     g = torch.Generator().manual_seed(_RECOLOUR_SEEDS[split])
     n = images_u8.shape[0]
     x = images_u8.float() / 255.0

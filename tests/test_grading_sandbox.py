@@ -41,7 +41,10 @@ QUESTIONS = ["q1_param_bytes", "q2_adam_ratio", "q3_variant_resident_bytes"]
 VARIANTS = dict(d_in=(8, 16, 24, 32, 48), d_out=(4, 3, 5, 6, 7))  # as in tests/fixtures/98_sample.py
 SCRATCH_BYTES = 256 * 2**20  # the sandboxes' in-memory scratch in this run (default 2 GiB)
 TIMEOUT = 36  # seconds per submission: an honest one takes about 9 alone, 15 beside the rest of the
-# suite; the infinite loop and the fork bomb burn a core each for all of it
+# suite; the infinite loop burns a core for all of it
+PROCESSES = 64  # per sandbox (default 256): the fork bomb forks until the cap, and each fork of a
+# kernel that imported torch costs CPU: 40 core-s at 256, 13 at 64 (measured alone); the sample
+# lesson's honest submissions need far fewer. The cap contains the bomb the same way at any size
 
 # file name -> what it may end as (status, total). The older hostile notebooks answer alice's first
 # two questions (3 points) or nothing; each newer one says its real answers in its first cell.
@@ -225,6 +228,7 @@ def start_in_background(tmp: Path):
                         Path(sys.prefix): False})
     command = [sys.executable, str(ROOT / "tools" / "grade.py"), str(zip_path), str(folder),
                "--out", str(out), "--timeout", str(TIMEOUT), "--jobs", "2",
+               "--processes", str(PROCESSES),
                "--scratch-mib", str(SCRATCH_BYTES >> 20)]
     env = dict(os.environ, HOME=str(home), GRADER_SECRET_TOKEN=token)
     return lambda: grade_the_class(run, command, env)

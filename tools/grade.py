@@ -611,12 +611,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
     ap.add_argument("--scratch-mib", type=int, default=sandbox.Limits.scratch_bytes >> 20,
                     help="in-memory scratch space of each sandbox, MiB (default 2048)")
+    ap.add_argument("--processes", type=int, default=sandbox.Limits.processes,
+                    help="processes and threads each sandbox may hold (default 256; a fork bomb "
+                         "forks until this cap, lessons 07-10 start a few ranks with their threads)")
     ap.add_argument("--unsafe-no-sandbox", action="store_true",
                     help="grade even without bubblewrap: submissions can then read your files "
                          "and reach the network (see docs/instructor.md)")
     args = ap.parse_args(argv)
     try:
-        limits = sandbox.Limits(scratch_bytes=args.scratch_mib * 2**20)
+        limits = sandbox.Limits(scratch_bytes=args.scratch_mib * 2**20, processes=args.processes)
         grade_folder(args.autograder, args.folder, args.out, timeout=args.timeout, scale=args.scale,
                      jobs=args.jobs, limits=limits, unsafe_without_sandbox=args.unsafe_no_sandbox)
     except ValueError as err:

@@ -618,6 +618,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="grade even without bubblewrap: submissions can then read your files "
                          "and reach the network (see docs/instructor.md)")
     args = ap.parse_args(argv)
+    for flag, value in (("--processes", args.processes), ("--scratch-mib", args.scratch_mib)):
+        if value < 1:
+            print(f"error: {flag} must be at least 1, got {value}", file=sys.stderr)
+            return 2
     try:
         limits = sandbox.Limits(scratch_bytes=args.scratch_mib * 2**20, processes=args.processes)
         grade_folder(args.autograder, args.folder, args.out, timeout=args.timeout, scale=args.scale,

@@ -77,7 +77,9 @@ def _nbytes(obj) -> int:
 
 
 def wire_bytes() -> int | None:
-    """Bytes this process has written so far (Linux /proc/self/io ``wchar``), else None."""
+    """Bytes this process has written so far, to sockets, files and terminals alike (Linux
+    /proc/self/io ``wchar``), else None. Around a step that writes nothing else, the difference
+    is what gloo sent; the kit's workers print only outside their measured steps."""
     io_file = Path("/proc/self/io")
     if not io_file.exists():
         return None

@@ -15,8 +15,9 @@
 - ``comm_bytes``: with a process group (real, or ``fake_world``), the bytes this rank sends,
   ``Σ ring_factor(kind, n) · payload`` over the collectives the step calls
   (``course_utils.ledger.comm_count.CollectiveCounter``; DDP needs its comm hook), and
-  ``comm``, the same per collective kind; ``wire_bytes``, what this process really wrote to its
-  sockets meanwhile (gloo on Linux, else None);
+  ``comm``, the same per collective kind; ``wire_bytes``, every byte this process wrote meanwhile
+  (Linux ``/proc/self/io``, else None): during a step that prints and saves nothing, gloo's socket
+  sends, and anything else written in the step would count too;
 - ``encoded``: how many items went through each named encoder (images, or patch tokens);
 - the *repeated* line: ``recomputed_flops``, forward FLOPs run again inside backward
   (activation checkpointing; part of ``backward_flops``), and ``re_encoded``, per encoder, the

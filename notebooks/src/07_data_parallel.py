@@ -222,8 +222,9 @@ print(f"over {len(ns[0]['max_abs_diff'])} steps: max |Δθ| {max(ns[0]['max_abs_
 # **Bytes on the wire.** A DDP comm hook (`allreduce_mean_hook`) routes every gradient bucket
 # through `torch.distributed.all_reduce`, where `CollectiveCounter` sees its size: the ledger's
 # sixth line, `record.comm_bytes` of `measure`, is that count under the ring formula. On Linux we
-# also read how many bytes each rank process really wrote (`/proc/self/io`, `record.wire_bytes`),
-# which is what gloo pushes through its TCP sockets.
+# also read how many bytes each rank process really wrote during the step (`/proc/self/io`,
+# `record.wire_bytes`): every write counts there, and the step writes nothing but what gloo
+# pushes through its TCP sockets (the workers print outside it).
 
 # %%
 comm = {n: launch(lesson.ddp_comm_bytes, n, cfg.comm) for n in (1, cfg.ranks)}

@@ -54,7 +54,7 @@ cfg = config(
             ledger_depths=[1, 2], encoder_kept_range=None, step_kept_range=None,
             photo_draws=2, sweep_ratios=[0.5, 0.75], claim_trends=False, min_loss_drop=None,
             interpolation_wins=None, norm_pix_verdict=None, mae_vs_random_verdict=None,
-            dataset="textures", probe_seeds=[0, 1, 2], probe_steps=4),
+            photo_verdicts=None, dataset="textures", probe_seeds=[0, 1, 2], probe_steps=4),
     default=dict(image_size=32, patch=4, dim=64, depth=4, batch=64, steps=1000, lr=1.5e-3, limit=None,
                  timing_dim=128, timing_depth=8, timing_batch=64,
                  ledger_depths=[1, 2, 4, 8], encoder_kept_range=(4.0, 5.0), step_kept_range=(2.0, 3.0),
@@ -62,13 +62,18 @@ cfg = config(
                  min_loss_drop=0.8, interpolation_wins=True, norm_pix_verdict="norm_pix_loss > pixels",
                  # measured at default: neither MAE arm is placed above its random init
                  mae_vs_random_verdict=NOT_RESOLVED,
+                 # the photo comparison from the probe seeds, as measured at default (see the prose)
+                 photo_verdicts={"mean visible patch": "mean visible patch error > MAE error",
+                                 "nearest visible pixel": "MAE error > nearest visible pixel error",
+                                 "inverse-distance": "MAE error > inverse-distance error"},
                  dataset="textures", probe_seeds=[0, 1, 2], probe_steps=400),
     gpu=dict(image_size=32, patch=4, dim=192, depth=8, batch=256, steps=3000, lr=1.5e-3, limit=None,
              timing_dim=192, timing_depth=12, timing_batch=256,
              ledger_depths=[2, 4, 8, 16], encoder_kept_range=None, step_kept_range=None,
              photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=False,
              min_loss_drop=None, interpolation_wins=None, norm_pix_verdict=None,
-             mae_vs_random_verdict=None, dataset="cifar10", probe_seeds=[0, 1, 2], probe_steps=1000),
+             mae_vs_random_verdict=None, photo_verdicts=None, dataset="cifar10", probe_seeds=[0, 1, 2],
+             probe_steps=1000),
 )
 device = setup(SCALE, seed=cfg.seed)
 unchecked = [k for k, v in cfg.as_dict().items() if v is None or v is False]
@@ -449,9 +454,14 @@ print("unseen photos:", ", ".join(unseen))
 
 # %% [markdown]
 # Training lowers the masked-patch error several-fold, and on photos it never saw the MAE beats the
-# photo's mean visible patch. **It does not beat interpolation** at the CPU scale: it is about as
-# good as copying the nearest visible pixel and worse than inverse-distance interpolation (the
-# cell below prints the figures and the tolerances it asserts). Our reading, which no assert
+# photo's mean visible patch. **It does not beat interpolation** at the CPU scale. Both are
+# decided by seeds further down: the three pixel-target MAEs the probe section trains (fewer
+# steps each, paired by seed) fill with less error than the mean visible patch and with more
+# than either interpolation, resolved and asserted at the default scale. This one longer-trained
+# model comes about as close as copying the nearest visible pixel and stays worse than
+# inverse-distance interpolation (the cell below prints the figures and the tolerances it
+# asserts for it); the shorter-trained seeds are resolved worse than nearest-pixel too, so
+# "about as good as the nearest pixel" is this model's, not a general result. Our reading, which no assert
 # checks: a model this small, trained this briefly (configuration printed below), has learned
 # little more than smooth in-filling of colour, which interpolation does for free (the
 # reconstructions are blurry colour layouts). The asserts check the error comparisons only.
@@ -495,12 +505,19 @@ if cfg.interpolation_wins is not None:
 # the target differs.
 
 # %%
+photo_by_seed = {}   # seed -> masked-patch MSE per fill on the unseen photos, the pixel-target arm
+
+
 def probe_arm(seed, norm_pix_loss):
-    """Train one MAE arm for cfg.probe_steps from ``seed``'s weights, data order and masks; probe it."""
+    """Train one MAE arm for cfg.probe_steps from ``seed``'s weights, data order and masks; probe it.
+    The pixel-target arm also fills the unseen photos' holes (its predictions are pixels; the
+    normalised target's are not), for the seeded version of the photo comparison above."""
     arm = build_mae(norm_pix_loss=norm_pix_loss, seed=seed)
     arm_opt = torch.optim.AdamW(arm.parameters(), lr=cfg.lr, weight_decay=0.05)
     fit(make_step(arm, arm_opt, generator=torch.Generator().manual_seed(seed)),
         train.batches(cfg.batch, seed=seed), steps=cfg.probe_steps, desc=f"seed {seed}, norm_pix={norm_pix_loss}")
+    if not norm_pix_loss:
+        photo_by_seed[seed] = fill_errors(arm, cfg.photo_draws)
     return probe_encoder(arm.encoder, train, test)
 
 
@@ -546,6 +563,14 @@ print("linear probe, " + norm_vs_pixels.describe(100, " points"))
 print("kNN probe,    " + norm_vs_pixels_knn.describe(100, " points"))
 if cfg.norm_pix_verdict is not None:
     print(f"asserted at this scale: the linear-probe verdict {cfg.norm_pix_verdict!r}")
+# the photo comparison of the run above, from every probe seed: lower error is better, so each
+# comparison is baseline minus MAE (a verdict "<baseline> > MAE" means the MAE fills better)
+photo_comparisons = {fill: compare_paired({t: photo_by_seed[t][fill] for t in cfg.probe_seeds},
+                                          {t: photo_by_seed[t]["MAE"] for t in cfg.probe_seeds},
+                                          names=(f"{fill} error", "MAE error"))
+                     for fill in ("mean visible patch", "nearest visible pixel", "inverse-distance")}
+for fill, comparison in photo_comparisons.items():
+    print(f"unseen photos, masked-patch MSE ×10⁻³ ({cfg.probe_steps}-step MAEs): " + comparison.describe(1000))
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -556,6 +581,9 @@ if cfg.norm_pix_verdict is not None:   # the one direction the seeds resolve her
 if cfg.mae_vs_random_verdict is not None:   # neither arm placed above (or below) its random init
     for comparison in (mae_vs_random, norm_vs_random):
         assert comparison.verdict == cfg.mae_vs_random_verdict, comparison.describe(100, " points")
+if cfg.photo_verdicts is not None:   # the photo claims, decided by the seeds
+    for fill, verdict in cfg.photo_verdicts.items():
+        assert photo_comparisons[fill].verdict == verdict, photo_comparisons[fill].describe()
 
 # %% [markdown]
 # What the run shows, and what it does not. Each comparison is printed with its interval and the
@@ -571,7 +599,9 @@ if cfg.mae_vs_random_verdict is not None:   # neither arm placed above (or below
 # reports linear probing well below fine-tuning, and below contrastive methods such as MoCo v3,
 # even after hundreds of ImageNet epochs; its ablation (normalised pixels help fine-tuning by
 # under a point on ImageNet) is a citation here, not evidence. The kNN probe's verdicts are
-# printed beside the linear ones and not asserted.
+# printed beside the linear ones and not asserted. The same seeds' pixel-target MAEs also decide
+# the photo comparison of the section above (printed after the probe verdicts, asserted at the
+# default scale): below the mean visible patch, above both interpolations.
 
 # %% [markdown]
 # ### Mask-ratio sweep: cheaper encoder, harder task

@@ -23,7 +23,7 @@ from ..distributed.data_parallel import nt_xent_local_with_global_negatives
 from ..distributed.sharding import MixedPrecisionPolicy, fully_shard
 from ..ledger import fake_mode, fake_world, measure
 from ..ledger.comm_count import allreduce_mean_hook
-from ..memory import PRECISIONS, cuda_autocast_logit_bytes
+from ..memory import DEVICES, PRECISIONS, cuda_autocast_logit_bytes
 from ..models import ViT
 from ..models.heads import ProjectionHead
 from ..models.transformer import GPT_SHAPES, TinyGPT, tinygpt_param_count
@@ -255,7 +255,7 @@ PLANNED_MODELS = (*SSL_MODELS, *GPT_SIZES)
 def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str = "ddp",
              recompute: str = "none", size: int | None = None, precision: str | None = None,
              optimizer: str | None = None, queue_size: int = 65536, mask_ratio: float = 0.75,
-             attention: str = "sdpa", device_bytes: float = 80 * 2**30, peak_flops: float = 312e12,
+             attention: str = "sdpa", device_bytes: float = DEVICES["A100 80 GB"], peak_flops: float = 312e12,
              mfu: float = 0.4) -> dict:
     """Measure one step of ``model`` (``PLANNED_MODELS``) on fake tensors and ``devices`` fake
     ranks; return the per-device ledger ``record``, ``gathered_bytes`` (FSDP: the full 16-bit

@@ -51,7 +51,7 @@ ROPE_THETA = 500_000.0
 # torch >= 2.12 can route a selective checkpoint's cache through saved-tensor hooks (the ledger's)
 SAC_THROUGH_HOOKS = "respect_saved_tensors_hooks" in inspect.signature(checkpoint).parameters
 
-# The ops whose outputs TorchTitan's selective op checkpointing keeps (every second matmul only).
+# The ops whose outputs TorchTitan's selective op checkpointing keeps (matmuls: all but every second).
 # ``_scaled_dot_product_flash_attention_for_cpu`` is the CPU kernel behind the same call: the
 # kit plans on a CPU what the flash kernel keeps on a GPU (its output and log-sum-exp).
 _SAVED_OPS = {

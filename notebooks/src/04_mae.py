@@ -505,29 +505,26 @@ if cfg.interpolation_wins is not None:
 # the target differs.
 
 # %%
-photo_by_seed = {}   # seed -> masked-patch MSE per fill on the unseen photos, the pixel-target arm
-
-
 def probe_arm(seed, norm_pix_loss):
-    """Train one MAE arm for cfg.probe_steps from ``seed``'s weights, data order and masks; probe it.
-    The pixel-target arm also fills the unseen photos' holes (its predictions are pixels; the
-    normalised target's are not), for the seeded version of the photo comparison above."""
+    """Train one MAE arm for cfg.probe_steps from ``seed``'s weights, data order and masks; return
+    its probe and, for the pixel-target arm (its predictions are pixels; the normalised target's
+    are not), its masked-patch MSE per fill on the unseen photos (None otherwise), for the seeded
+    version of the photo comparison above."""
     arm = build_mae(norm_pix_loss=norm_pix_loss, seed=seed)
     arm_opt = torch.optim.AdamW(arm.parameters(), lr=cfg.lr, weight_decay=0.05)
     fit(make_step(arm, arm_opt, generator=torch.Generator().manual_seed(seed)),
         train.batches(cfg.batch, seed=seed), steps=cfg.probe_steps, desc=f"seed {seed}, norm_pix={norm_pix_loss}")
-    if not norm_pix_loss:
-        photo_by_seed[seed] = fill_errors(arm, cfg.photo_draws)
-    return probe_encoder(arm.encoder, train, test)
+    photo = None if norm_pix_loss else fill_errors(arm, cfg.photo_draws)
+    return probe_encoder(arm.encoder, train, test), photo
 
 
 same_start = all(torch.equal(a, b) for a, b in
                  zip(build_mae(seed=1).parameters(), build_mae(norm_pix_loss=True, seed=1).parameters()))
-probes = {}
+probes, photo_by_seed = {}, {}   # photo_by_seed: seed -> the pixel-target arm's photo errors
 for seed in tqdm(cfg.probe_seeds, desc="probe seeds"):
     probes["random init", seed] = probe_encoder(build_mae(seed=seed).encoder, train, test)
-    probes["MAE", seed] = probe_arm(seed, norm_pix_loss=False)
-    probes["MAE + norm_pix_loss", seed] = probe_arm(seed, norm_pix_loss=True)
+    probes["MAE", seed], photo_by_seed[seed] = probe_arm(seed, norm_pix_loss=False)
+    probes["MAE + norm_pix_loss", seed], _ = probe_arm(seed, norm_pix_loss=True)
 arms = ("random init", "MAE", "MAE + norm_pix_loss")
 probe_rows = [{"encoder": arm, "seed": seed, **probes[arm, seed]} for seed in cfg.probe_seeds for arm in arms]
 show_table(probe_rows)

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from course_utils.exercises import check_close, check_equal
 from course_utils.ledger import fake_mode, fake_world, measure, utilisation
-from course_utils.memory import cuda_autocast_logit_bytes
+from course_utils.memory import DEVICES, cuda_autocast_logit_bytes
 from course_utils.experiments.training_memory import recompute_tradeoff
 from course_utils.experiments.planning import assumptions, fsdp_gathered_bytes
 from course_utils.experiments.planning import (gathered_negatives_ledger, gpt_ledger, ledger_lines, plan_run,
@@ -61,7 +61,7 @@ cfg = config(
 )
 device = setup(SCALE, seed=cfg.seed)
 # Assumptions, not measurements: change them to your device's.
-GPU_BYTES = 80 * 2**30    # one "80 GB" accelerator (A100 80GB / H100) holds 80 GiB, as memory.DEVICES and lesson 06 count it
+GPU_BYTES = DEVICES["A100 80 GB"]   # one "80 GB" accelerator (A100 80GB / H100): 80 GiB, as lesson 06 counts it
 MARGIN = 0.9              # keep 10% for what the ledger cannot see (workspaces, fragmentation)
 PEAK_FLOPS = 312e12       # A100 dense bf16 peak as NVIDIA's datasheet gives it (not re-checked here)
 MFU = 0.40                # assumed model FLOPs utilisation of a well-tuned run
@@ -470,7 +470,8 @@ for kind in kinds:
 for i, r in enumerate(published):
     ax.plot([r["reserved_gib"]] * 2, [i - 0.4, i + 0.4], "k--", label="published (reserved)" if i == 0 else None)
 ax.set_xlabel("GiB per GPU at the step's peak")
-ax.set_title(f"Llama 3.1 8B, {published[0]['layers']} layers planned, FSDP2, batch 2 × 8192")
+ax.set_title(f"Llama 3.1 8B, {published[0]['layers']} layers planned, FSDP2, "
+             f"batch {published[0]['batch']} × {published[0]['seq']}")
 ax.legend(fontsize=7, loc="lower right")
 plt.show()
 llama = LLAMA_SHAPES["Llama 3.1 8B"]
@@ -516,7 +517,9 @@ if cfg.paper:
 # shares printed above and asserted). What the plan does not explain: the published peak falls
 # more from 8 to 128 GPUs than the plan's, which shrinks by the sharded fp32 parameters and AdamW
 # state only (12 bytes per parameter, asserted: backward has made no gradient yet when it
-# peaks). Where the rest of the published difference comes from, this plan cannot say.
+# peaks). Where the rest of the published difference comes from, this plan cannot say. On a
+# GPU, `ledger.record_memory_snapshot` records the allocator's own timeline: the gap between what
+# it reserved and what was active is the part of the published figure no fake run sees.
 # At the CI scale the cells above plan a 2-layer slice and assert only what holds at any depth.
 
 # %% [markdown]

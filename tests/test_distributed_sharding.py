@@ -65,6 +65,9 @@ def test_predictions_table():
     z3 = sh.predicted_state_bytes(1000, 8, "zero3")
     assert sum(ddp.values()) == 16 * 1000 and sum(z3.values()) == 16 * 1000 / 8
     assert sh.predicted_state_bytes(1000, 4, "zero2") == {"params": 4000, "grads": 1000, "optimizer": 2000}
+    # the optimizer's bytes come from the kit's one optimizer table: SGD keeps none, momentum one copy
+    assert sh.predicted_state_bytes(1000, 4, "zero1", "sgd")["optimizer"] == 0
+    assert sh.predicted_state_bytes(1000, 4, "zero1", "sgd-momentum")["optimizer"] == 1000
     assert sh.predicted_comm_bytes(400, 1, "zero3") == 0
     with pytest.raises(ValueError, match="stage"):
         sh.predicted_state_bytes(10, 2, "zero4")

@@ -153,3 +153,15 @@ def test_peak_is_measured_once_and_mfu_is_a_fraction_of_it():
     assert 0 < row["mfu"] < 1, row   # a toy step cannot beat the large-matmul peak
     with pytest.raises(ValueError):
         utilisation(10, 0.0)
+
+
+def test_a_peak_timed_on_a_busy_machine_is_timed_again_when_a_step_beats_it(monkeypatch):
+    """A low cached peak (as if timed under load) is re-measured, not reported as MFU > 1; a step
+    that still beats the fresh reading warns instead of passing silently."""
+    from course_utils.ledger import speed
+    key = speed._key("cpu", None, 5)
+    monkeypatch.setitem(speed._PEAKS, key, 1e3)               # a peak read on a very busy machine
+    u = speed.utilisation(10 ** 9, 1.0)                      # 1 GFLOP/s: far above 1 kFLOP/s
+    assert u["peak_flops"] > 1e8 and speed._PEAKS[key] == u["peak_flops"] and u["mfu"] < 1
+    with pytest.warns(UserWarning, match="beats the measured matmul peak"):
+        assert speed.utilisation(10 ** 18, 1.0)["mfu"] > 1

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -352,3 +353,32 @@ def test_sandbox_allows_local_process_groups(tmp_path):
     out = sandbox.run([sys.executable, "-c", PROCESS_GROUP_PROBE], tmp_path / "scratch", timeout=60)
     assert out.isolated and out.returncode == 0, f"probe failed in the sandbox:\n{out.output}"
     assert f"rendezvous at {sandbox.HOSTNAME} 127.0.0.1" in out.output, out.output
+
+
+BUSY = """import os, sys
+os.fork()              # two processes, each burning a core until the timeout
+while True:
+    pass
+"""
+
+
+@needs_bwrap
+def test_a_busy_command_and_its_children_die_at_the_timeout(tmp_path):
+    """What the class run's infinite loop does not show, since it sleeps to cost the suite no CPU:
+    a command that burns a core, and a child it forked that burns another, are both killed when
+    the timeout passes, and nothing of theirs is left running."""
+    marker = "busy-" + secrets.token_hex(8)   # in both processes' command lines
+    began = time.monotonic()
+    out = sandbox.run([sys.executable, "-c", BUSY, marker], tmp_path / "scratch", timeout=2)
+    took = time.monotonic() - began
+    assert out.isolated and out.returncode is None, out
+    assert 2 <= took < 15, took
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, marker)]
+    assert not left, f"still running after the kill: {left}"
+
+
+def _cmdline_has(proc: Path, marker: str) -> bool:
+    try:
+        return marker.encode() in (proc / "cmdline").read_bytes()
+    except OSError:   # it ended while we looked
+        return False

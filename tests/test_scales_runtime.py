@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from course_utils.runtime import describe_device, setup
+from course_utils.runtime import describe_device, map_runs, setup
 from course_utils.scales import config, resolve_scale
 
 
@@ -70,3 +70,44 @@ def test_course_device_runs_a_ci_lesson_on_the_gpu(monkeypatch):
     assert runtime.pick_device("ci") == torch.device("cpu")
     with pytest.raises(ValueError, match="cannot run SCALE='gpu'"):
         runtime.pick_device("gpu")
+
+
+def _train_a_little(seed):
+    """A seeded run: a linear model, a few SGD steps on data of its own seed."""
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(64, 8), torch.randint(0, 2, (64,))
+    for _ in range(5):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    return {"loss": loss.item(), "model": model, "threads": torch.get_num_threads()}
+
+
+def test_runs_in_forked_workers_return_what_they_return_here():
+    """Two workers (forked, one thread each) give every key the result one thread gives it in this
+    process, in the order of the keys; a lambda will do, since fork passes it without pickling."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        here = map_runs(_train_a_little, [3, 1, 2], workers=1)
+    finally:
+        torch.set_num_threads(threads)
+    forked = map_runs(lambda s: _train_a_little(s), [3, 1, 2], workers=2)
+    assert list(forked) == [3, 1, 2]
+    for seed in here:
+        assert forked[seed]["loss"] == here[seed]["loss"] and forked[seed]["threads"] == 1
+        assert torch.equal(forked[seed]["model"].weight, here[seed]["model"].weight)
+
+
+def test_a_failing_run_fails_the_map_and_bad_workers_say_so():
+    def boom(seed):
+        raise ValueError(f"run {seed} failed")
+    for workers in (1, 2):
+        with pytest.raises(ValueError, match=r"run \d failed") as failed:
+            map_runs(boom, [1, 2], workers=workers)
+        assert any("in map_runs' run" in note for note in failed.value.__notes__)
+    with pytest.raises(ValueError, match="workers"):
+        map_runs(_train_a_little, [1], workers=0)

@@ -251,11 +251,14 @@ def work_05(p) -> list[Work]:
     from course_utils.models import SmallResNet
     image = forward_flops(SmallResNet(width=p["width"]))
     alloc = sum(p["alloc_budgets_flops"]) * len(p["alloc_widths"]) * len(p["alloc_seeds"])
+    # the fresh seeds: at most three compared widths at each of the smallest and largest budgets
+    ends = min(p["alloc_budgets_flops"]) + max(p["alloc_budgets_flops"])
+    alloc += ends * min(3, len(p["alloc_widths"])) * len(p["alloc_test_seeds"])
     return [Work("matched-budget runs: 5 objectives x cfg.seeds to max(cfg.budgets_gflops)", runs,
                  max(p["budgets_gflops"]) * 1e9),
             Work("probes: 5 objectives x cfg.seeds x (random init + each budget)",
                  probes * (p["probe_train"] + p["probe_test"]), image),
-            Work("allocation runs (budgets x widths x seeds)", 1, alloc)]
+            Work("allocation runs (budgets x widths x seeds, then the compared points x fresh seeds)", 1, alloc)]
 
 
 def work_06(p) -> list[Work]:
@@ -285,9 +288,9 @@ def work_13(p) -> list[Work]:
     image = forward_flops(SmallResNet(width=p["width"], blocks=blocks))
     seeds = len(p["seeds"])
     # every collapse_every steps and at the end (EvalEvery), per arm; one read per budget run
-    reads = 3 * -(-p["collapse_steps"] // p["collapse_every"]) + 3 * seeds
-    return [Work("collapse arms: kept, no stop-gradient, no predictor (cfg.collapse_steps each)",
-                 3 * p["collapse_steps"], step),
+    reads = 3 * seeds * -(-p["collapse_steps"] // p["collapse_every"]) + 3 * seeds
+    return [Work("collapse arms: kept, no stop-gradient, no predictor, per seed (cfg.collapse_steps each)",
+                 3 * seeds * p["collapse_steps"], step),
             Work("matched budget: 3 objectives x cfg.seeds, the FLOPs of cfg.budget_steps steps each",
                  3 * seeds * p["budget_steps"], step),
             Work("probes: the random init and 3 objectives per seed (probe_train + probe_test)",

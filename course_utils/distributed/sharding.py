@@ -30,7 +30,7 @@ from course_utils import checks
 from course_utils.ledger.comm_count import allreduce_mean_hook
 from course_utils.distributed.data_parallel import wrap_ddp
 from course_utils.distributed.devices import worker_device
-from course_utils.optim import OPTIMIZERS, make_optimizer
+from course_utils.optim import OPTIMIZERS, make_optimizer, state_copies
 
 
 STAGES = ("ddp", "zero1", "zero2", "zero3")
@@ -40,14 +40,16 @@ STRATEGIES = ("ddp", "zero1", "fsdp", "fsdp_keep")   # what torch implements; fs
 # ---------------------------------------------------------------------------------------------
 # Predictions (pure arithmetic: the table and plot for 1..64 ranks)
 # ---------------------------------------------------------------------------------------------
-def predicted_state_bytes(n_params: int, world_size: int, stage: str,
-                          param_bytes: int = 4, grad_bytes: int = 4, optim_bytes: int = 8) -> dict:
+def predicted_state_bytes(n_params: int, world_size: int, stage: str, optimizer: str = "adamw",
+                          param_bytes: int = 4, grad_bytes: int = 4) -> dict:
     """Bytes per rank of params / grads / optimizer state for a ZeRO stage (table above).
 
-    n_params: Ψ (number of parameters). optim_bytes: per parameter (Adam fp32 m and v: 8).
+    n_params: Ψ (number of parameters). The optimizer keeps fp32 state copies per parameter as
+    the kit's one optimizer table says (``optim.state_copies``: Adam's m and v, 8 bytes).
     """
     level = STAGES.index(checks.choice(stage, "stage", STAGES))
     n = checks.positive_int(world_size, "world_size")
+    optim_bytes = 4 * state_copies(optimizer)
     return {"params": n_params * param_bytes / (n if level >= 3 else 1),
             "grads": n_params * grad_bytes / (n if level >= 2 else 1),
             "optimizer": n_params * optim_bytes / (n if level >= 1 else 1)}

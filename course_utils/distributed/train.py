@@ -42,6 +42,13 @@ What it does, in the order a reader meets it below:
    summation order (tested within 1e-12). ``--stop-after K`` leaves cleanly after step K (a
    preemption; with ``--checkpoint-dir`` it saves first); ``--final-weights PATH`` writes the
    full final parameters (rank 0, ``torch.save``) for such comparisons.
+
+Why its data and checkpoints are not the lessons' (``Batches``, ``checkpoint.CheckpointManager``):
+this is the script a reader would run under torchrun, so it uses what torch gives every such
+script, ``DistributedSampler`` (each rank's share of an epoch, reshuffled by ``set_epoch``) and
+DCP folders written by every rank at once; the lessons' batch source and checkpoint manager are
+single-process, one file per checkpoint. The optimizer is a row of the kit's one table
+(``course_utils.optim``).
 """
 from __future__ import annotations
 
@@ -68,6 +75,7 @@ from torch.distributed.fsdp import fully_shard
 from course_utils import checkpoint as ck
 from course_utils.checkpoint import rng_state, set_rng_state
 from course_utils.data import load_dataset
+from course_utils.optim import make_optimizer
 
 
 HASH_PREFIX = "params sha256: "
@@ -191,7 +199,7 @@ def build(args, device, world_size: int):
                 fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
         module = model
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    optimizer = make_optimizer("adamw", model.parameters(), args.lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.steps)
     return model, module, optimizer, schedule
 

@@ -7,7 +7,7 @@
                         process group (any model size, any number of ranks, in one process);
                         peak_live_bytes: every live tensor at the step's peak, by category
     cuda.py             cuda_peak_bytes, record_memory_snapshot: the CUDA allocator's view
-    speed.py            peak_flops (measured once, cached), utilisation / step_utilisation: achieved FLOP/s and MFU
+    speed.py            peak_flops (measured once per device and thread count, cached; re-measured when a step beats it), utilisation / step_utilisation: achieved FLOP/s and MFU
     predicted.py        predict_step: the same lines from shapes and per-layer rules
     comm_count.py       CollectiveCounter, allreduce_mean_hook, ring_factor: the bytes a rank
                         hands to collectives (the "communicated" line)

@@ -133,8 +133,10 @@ assert torch.equal(again, view1), "same seed, same views"
 # %% [markdown]
 # ## The ledger
 #
-# Every lesson measures its claims with `course_utils.ledger.measure`, which runs one training step
-# and returns its resource ledger. Lesson 01 predicts each line by hand and checks it.
+# Every lesson measures its cost claims with `course_utils.ledger.measure`, which runs one training
+# step and returns its resource ledger; claims about learned features go through the probes
+# (`course_utils.evaluate`) and paired seeds (`course_utils.compare`). Lesson 01 predicts each
+# ledger line by hand and checks it.
 
 # %%
 model = SmallResNet(width=8, num_classes=len(shapes.classes)).to(device)

@@ -31,7 +31,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
-from tqdm.auto import tqdm
 
 from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
@@ -42,7 +41,7 @@ from course_utils.models import MLP, Attention, ProjectionHead, SmallResNet, ViT
 from course_utils.objectives import MAE, MoCo, SimCLR, Supervised, make_step
 from course_utils.report import headline, show_table
 from course_utils import runtime
-from course_utils.runtime import setup
+from course_utils.runtime import map_runs, setup
 from course_utils.scales import config
 from course_utils.train import TrainState, fit
 
@@ -59,14 +58,14 @@ cfg = config(
             seeds=[0, 1, 2],
             simclr_temperature=0.2, moco_temperature=0.2, moco_queue=1024, proj_dim=64,
             train_limit=512, probe_train=256, probe_test=256, dataset="shapes",
-            alloc_budgets_flops=[2e6, 8e6], alloc_widths=[16, 64], alloc_batch=32, alloc_seeds=[0, 1],
+            alloc_budgets_flops=[2e6, 8e6], alloc_widths=[16, 64], alloc_batch=32, alloc_seeds=[0, 1], alloc_test_seeds=[2, 3],
             queue_flops_max=None, **NO_CLAIMS),
     default=dict(image_size=16, width=16, vit_dim=64, decoder_dim=32, batch=128,
                  budgets_gflops=[150.0, 300.0, 600.0], seeds=[0, 1, 2],
                  simclr_temperature=0.2, moco_temperature=0.2, moco_queue=1024, proj_dim=64,
                  train_limit=None, probe_train=2000, probe_test=1000, dataset="shapes",
                  alloc_budgets_flops=[3.5e8, 1.4e9, 5.6e9], alloc_widths=[16, 64, 256, 1024],
-                 alloc_batch=256, alloc_seeds=[0, 1, 2], queue_flops_max=0.02,
+                 alloc_batch=256, alloc_seeds=[0, 1, 2], alloc_test_seeds=[3, 4, 5], queue_flops_max=0.02,
                  # claims the default run is asserted against, each decided by paired seeds
                  labels_win=True, supervised_learns=True, mae_starts_below_floor=True,
                  alloc_check=True),
@@ -75,7 +74,8 @@ cfg = config(
              simclr_temperature=0.2, moco_temperature=0.2, moco_queue=1024, proj_dim=64,
              train_limit=None, probe_train=10000, probe_test=10000, dataset="cifar10",
              alloc_budgets_flops=[3.5e9, 1.4e10, 5.6e10], alloc_widths=[16, 64, 256, 1024, 4096],
-             alloc_batch=1024, alloc_seeds=[0, 1], queue_flops_max=0.02, **NO_CLAIMS),
+             alloc_batch=1024, alloc_seeds=[0, 1], alloc_test_seeds=[2, 3], queue_flops_max=0.02,
+             **NO_CLAIMS),
 )
 device = setup(SCALE, seed=cfg.seed)
 train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=device,
@@ -120,7 +120,9 @@ BASELINE = {"ResNet": "supervised ResNet", "ViT": "supervised ViT"}
 def build(name, seed=cfg.seed):
     """-> (objective, optimizer, step): one constructor call per objective, one step builder.
     Within a family only the objective (and its head) differs: backbone, optimizer, LR, data and
-    augmentation are the same."""
+    augmentation are the same. BatchNorm's batch follows the objective, as in each recipe:
+    supervised normalises over B images, SimCLR over 2B views, MoCo's queries over two groups of
+    B/2."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     if FAMILY[name] == "ViT":
@@ -251,9 +253,9 @@ assert 1.9 < flops_vs_supervised["SimCLR"] < 2.2, flops_vs_supervised
 if cfg.queue_flops_max is not None:
     assert queue_logit_share < cfg.queue_flops_max, queue_logit_share
 # identities of the construction, asserted so that a change to the kit is caught: the keys run
-# under no_grad, so they keep nothing for backward; a key view without backward costs about a
-# third more than one view with it (a forward is about a third of forward + backward), plus the
-# projector and queue logits
+# under no_grad, so they keep nothing for backward; the key view, forward only, adds about a third
+# of one trained view (a forward is about a third of forward + backward), plus the projector and
+# queue logits
 assert rec["MoCo"].activation_bytes < 0.7 * rec["SimCLR"].activation_bytes
 assert 1.25 < flops_vs_supervised["MoCo"] < 1.5, flops_vs_supervised
 # evidence: the measured MAE encoder FLOPs against the formula's
@@ -287,25 +289,35 @@ print(f"MAE's encoder blocks cost {mae_blocks_measured:.3f}x those of the superv
 # part of them spent inside `optimizer.step()` separately: the update is not in C.
 
 # %%
-results = []   # one row per objective, seed and budget
-runs = [(name, seed) for name in OBJECTIVES for seed in cfg.seeds]
-for name, seed in tqdm(runs, desc="matched budgets (objective x seed)"):
+def budget_run(job):
+    """One objective from one seed, probed at random init and when it has spent each budget: one
+    row per budget."""
+    name, seed = job
     model, opt, step = build(name, seed)
     update_clock = UpdateClock(opt)
     flops = rec[name].flops
     random_acc = probe_encoder(model.encoder, probe_train, test)["linear"]
-    state, batches, seconds = TrainState(), train.batches(cfg.batch, seed=seed), 0.0
+    state, batches, seconds, rows = TrainState(), train.batches(cfg.batch, seed=seed), 0.0, []
     for budget in cfg.budgets_gflops:
         steps = max(1, int(budget * 1e9 / flops))
         start = core_seconds()
-        fit(step, batches, steps=steps, state=state, desc=name, progress=False)   # resumes the same run
+        fit(step, batches, steps=steps, state=state, progress=False)   # resumes the same run
         seconds += core_seconds() - start
         acc = probe_encoder(model.encoder, probe_train, test)["linear"]
-        results.append({"objective": name, "seed": seed, "budget GFLOPs": budget, "steps": steps,
-                        "images seen": steps * cfg.batch, "train GFLOPs": steps * flops / 1e9,
-                        "core-seconds": seconds, "of which updates": update_clock.seconds,
-                        "probe (random init)": random_acc, "probe (trained)": acc,
-                        "gain (points)": 100 * (acc - random_acc)})
+        rows.append({"objective": name, "seed": seed, "budget GFLOPs": budget, "steps": steps,
+                     "images seen": steps * cfg.batch, "train GFLOPs": steps * flops / 1e9,
+                     "core-seconds": seconds, "of which updates": update_clock.seconds,
+                     "threads": torch.get_num_threads(), "probe (random init)": random_acc,
+                     "probe (trained)": acc, "gain (points)": 100 * (acc - random_acc)})
+    return rows
+
+
+# every (objective, seed) is an independent run: spread over the cores (map_runs), one thread each,
+# the longest first (by the timed step above: seconds per step x steps to the last budget)
+longest_first = sorted(OBJECTIVES, key=lambda n: -ledgers[n]["seconds"] / rec[n].flops)
+budget_out = map_runs(budget_run, [(name, seed) for name in longest_first for seed in cfg.seeds],
+                      device=device, desc="matched budgets (objective x seed)")
+results = [row for rows in budget_out.values() for row in rows]   # one row per objective, seed and budget
 gains = {}     # (objective, budget) -> {seed: gain in points}
 for r in results:
     gains.setdefault((r["objective"], r["budget GFLOPs"]), {})[r["seed"]] = r["gain (points)"]
@@ -344,7 +356,8 @@ for r in results:    # bookkeeping, not evidence: the budget was converted to st
 # and 95% interval, and a verdict the interval decides ("A > B", "B > A" or "not resolved at this
 # scale"; `course_utils.compare`). Within a family the arms share the backbone's initial weights,
 # the optimizer, the learning rate, the data order and the augmentation; what differs is the
-# objective (its loss, its head, one view or two, MoCo's key encoder and queue), and, the FLOPs
+# objective (its loss, its head, one view or two, MoCo's key encoder and queue, and with them
+# BatchNorm's batch: B images, 2B views, or two groups of B/2 for MoCo's queries), and, the FLOPs
 # being matched, the number of steps each can afford (printed). The supervised run uses the
 # labels, so it is a reference for what these FLOPs can buy on this task, not an opponent.
 
@@ -404,7 +417,7 @@ if cfg.supervised_learns:  # ... and the supervised runs do learn, more by the l
 # %%
 print(f"At the last budget ({last:g} GFLOPs) the runs took, in core-seconds (mean of {len(cfg.seeds)} seeds): "
       + ", ".join(f"{n} {mean_of(rows, 'core-seconds'):.0f}" for n, rows in at_last.items())
-      + f" ({torch.get_num_threads()} threads).")
+      + f" ({results[0]['threads']} thread per run).")
 print(f"MoCo's last budget buys {at_last['MoCo'][0]['steps']} steps of {cfg.batch} images "
       f"({at_last['MoCo'][0]['images seen']} images), SimCLR's {at_last['SimCLR'][0]['steps']} steps.")
 print("core-seconds per training TFLOP: " + ", ".join(f"{n} {s:.0f}" for n, s in seconds_per_tflop.items()))
@@ -424,14 +437,15 @@ print(f"For the same FLOPs MAE took {mae_vs_vit_seconds:.2f}x the core-seconds o
 # Whether each self-supervised run has left its floor is printed budget by budget as a verdict.
 # One is asserted: at the first budget MAE's probe is *below* its random init (its first steps
 # make the features worse for a linear probe than the network as built), and no self-supervised
-# run is above its floor there. The other verdicts sit at the edge of what these seeds resolve:
+# run is resolved above its floor there. The other verdicts sit at the edge of what these seeds resolve:
 # rerun with another thread count (summation order changes, so do the runs), several of them move
 # between "not resolved" and a direction, which is itself the measurement: these budgets do not
 # settle them. "Not resolved at this scale" is a statement about these seeds and budgets, not
 # evidence of no learning. Either way the self-supervised gains are small beside the labels' at
 # the same FLOPs, and that is a statement about these budgets (their core-seconds are printed
 # above), not about the objectives. MoCo's steps here are printed above;
-# lesson 03 trains it for longer and sees its probe gain come late; MAE's reconstruction objective
+# lesson 03 trains it for longer, over several seeds, and resolves its gain over the floor there
+# (whether that gain comes late is printed there, not asserted); MAE's reconstruction objective
 # is known to need far longer, and even converged MAE features are known to be weak under a
 # *linear* probe (He et al. 2022 report a large gap between linear probing and fine-tuning);
 # lesson 04 measures what MAE does learn. A ranking *among* the self-supervised objectives would
@@ -600,8 +614,10 @@ print(f"CNN: {cnn_r:.0f}x 6ND with D counted in images; with D counted in positi
 # budget C gets steps = C / (exact FLOPs of one step of B examples), from the layer-by-layer sum
 # above; every example is seen once (one epoch by construction), and the learning rate decays
 # linearly to zero over *its own* run length. Every (C, h) point is trained with each seed in
-# `alloc_seeds` (initialisation and example stream), and scored by test loss on held-out
-# examples from the same teacher; the spread between seeds is the noise the claims must beat.
+# `alloc_seeds` (initialisation and example stream), which pick the best widths, and the points
+# the claims compare again with each seed in `alloc_test_seeds`, which decide them; each run is
+# scored by its loss on held-out examples from the same teacher. The spread between seeds is the
+# noise the claims must beat.
 
 # %%
 ALLOC_DIM, ALLOC_CLASSES = 16, 4
@@ -624,6 +640,7 @@ x_val, y_val = teacher_examples(torch.Generator().manual_seed(20_000), 4000)
 
 def train_student(hidden, c_flops, seed):
     torch.manual_seed(seed)
+    start = core_seconds()
     net = MLP(ALLOC_DIM, hidden, ALLOC_CLASSES, layers=2).to(device)
     step_flops = sum(step_flops_terms(net, x_test[:cfg.alloc_batch], tokens_per_image=1).values())
     steps = max(1, int(c_flops // step_flops))
@@ -640,18 +657,17 @@ def train_student(hidden, c_flops, seed):
             "FLOPs / step vs 6NB": step_flops / (6 * count_parameters(net) * cfg.alloc_batch),
             "validation loss": F.cross_entropy(val_logits, y_val).item(),
             "test loss": F.cross_entropy(logits, y_test).item(),
-            "test acc": (logits.argmax(1) == y_test).float().mean().item()}
+            "test acc": (logits.argmax(1) == y_test).float().mean().item(),
+            "core-seconds": core_seconds() - start}
 
 
-grid = [(c, h, s) for c in cfg.alloc_budgets_flops for h in cfg.alloc_widths for s in cfg.alloc_seeds]
-threads = torch.get_num_threads()
-torch.set_num_threads(1)      # students this small gain nothing from a second thread, only its waiting
-try:
-    start = core_seconds()
-    runs = [train_student(h, c, s) for c, h, s in tqdm(grid, desc="allocation runs")]
-    alloc_seconds = core_seconds() - start
-finally:
-    torch.set_num_threads(threads)
+# every (C, width, seed) is an independent run, spread over the cores (map_runs, one thread each:
+# students this small gain nothing from a second thread, only its waiting); the largest C first
+grid = [(c, h, s) for c in sorted(cfg.alloc_budgets_flops, reverse=True) for h in cfg.alloc_widths
+        for s in cfg.alloc_seeds]
+runs = list(map_runs(lambda job: train_student(job[1], job[0], job[2]), grid, device=device,
+                     desc="allocation runs").values())
+alloc_seconds = sum(r["core-seconds"] for r in runs)
 alloc = []                    # one row per (C, width): the mean over seeds, and their spread
 for c in cfg.alloc_budgets_flops:
     for h in cfg.alloc_widths:
@@ -683,18 +699,27 @@ for c in cfg.alloc_budgets_flops:
 ratios = [r["FLOPs / step vs 6NB"] for r in alloc]
 print(f"A step costs {min(ratios):.3f}-{max(ratios):.3f} of 6·N·B across these widths. "
       f"Largest seed-to-seed spread of a point's test loss: {seed_spread:.3f} nats. "
-      f"{len(runs)} runs in {alloc_seconds:.0f} core-seconds on one thread.")
+      f"{len(runs)} runs in {alloc_seconds:.0f} core-seconds, one thread each.")
 
 # %%
 best_hidden = [best[c]["hidden"] for c in cfg.alloc_budgets_flops]
 smallest, largest = cfg.alloc_budgets_flops[0], cfg.alloc_budgets_flops[-1]
-test_loss = {}   # (C, width) -> {seed: test loss}; seed s of every width saw the same example stream
-for r in runs:
+# the claims are decided on fresh seeds: new initialisations and example streams, trained only where
+# a claim needs them, so the seed luck that picked a width cannot carry into its comparison
+compared = {(smallest, h) for h in (best_hidden[0], best_hidden[-1], cfg.alloc_widths[-1])} | \
+           {(largest, h) for h in (best_hidden[0], best_hidden[-1], cfg.alloc_widths[0])}
+fresh_runs = map_runs(lambda job: train_student(job[1], job[0], job[2]),
+                      [(c, h, s) for c, h in sorted(compared, reverse=True) for s in cfg.alloc_test_seeds],
+                      device=device, desc="fresh seeds").values()
+test_loss = {}   # (C, width) -> {fresh seed: test loss}; seed s of every width saw the same example stream
+for r in fresh_runs:
     test_loss.setdefault((r["C FLOPs"], r["hidden"]), {})[r["seed"]] = r["test loss"]
+print(f"the compared points, each from the fresh seeds {cfg.alloc_test_seeds}: "
+      + ", ".join(f"h={h} at C={c:.1e}" for c, h in sorted(compared)))
 
 
 def loss_comparison(c, worse, better):
-    """Paired over the seeds: the test loss of width `worse` minus width `better`, at budget c."""
+    """Paired over the fresh seeds: the test loss of width `worse` minus width `better`, at budget c."""
     return compare_paired(test_loss[(c, worse)], test_loss[(c, better)],
                           (f"loss of h={worse} at C={c:.1e}", f"of h={better}"))
 
@@ -725,11 +750,13 @@ if cfg.alloc_check:
 # it sees: at the smallest budget the widest student, and at the largest the narrowest, ends
 # above the best width's test loss (asserted by paired seeds: seed s of every width saw the same
 # stream of examples, so the difference is taken seed by seed and decided by its interval). As C
-# grows, the best width (by the mean over seeds of a second held-out draw, the validation draw)
-# moves right (asserted: it is larger at the largest budget than at the smallest, and at each of
-# those two budgets its best width beats the other's on the test draw, paired). Choosing on the
-# validation draw and comparing on the test draw keeps the choice from favouring its own winner;
-# the claims are asserted only where the interval clears zero by itself. Between neighbouring budgets it may
+# grows, the best width (by the mean over `alloc_seeds` of a second held-out draw, the validation
+# draw) moves right (asserted: it is larger at the largest budget than at the smallest, and at each
+# of those two budgets its best width beats the other's, paired). The widths are chosen on
+# `alloc_seeds` and every comparison is decided on `alloc_test_seeds`, fresh initialisations and
+# example streams trained again for the compared points only: the seeds whose luck picked a width
+# are not the seeds that test it, and the test draw is not the draw that chose it. The claims are
+# asserted only where the interval clears zero by itself. Between neighbouring budgets it may
 # stay on the same point of this coarse grid. How the data at the best width moves is not
 # resolved here: one step of the width grid multiplies N by about as much as one budget step
 # multiplies C, so the best point can move along a line of nearly constant data — the fresh
@@ -761,8 +788,9 @@ if cfg.alloc_check:
 #   above. The kit's SSL benchmark (`benchmarks/bench_ssl_quality.py`) gives SimCLR,
 #   MoCo, SimSiam and MAE a fixed budget of core-seconds each on the same kind of shapes, many
 #   times what a run here spends (a time budget, one seed, no matched FLOPs); in its committed
-#   result (`benchmarks/results/ssl_quality.json`) every one of them has left its random-init
-#   floor far behind on shapes. The small self-supervised gains measured here say how slowly each
+#   result (`benchmarks/results/ssl_quality.json`) every one of them, in its one seed, has left its
+#   random-init floor far behind on shapes (the file's standard error is the probe's, not the
+#   seeds' spread). The small self-supervised gains measured here say how slowly each
 #   starts, not where it ends; lesson 13 finds the same for SimSiam at matched FLOPs over several
 #   seeds.
 # - C ≈ 6ND holds for dense layers used once per token. It ignores attention's L²-term (large for

@@ -384,15 +384,58 @@ class InProcessAnswer(FunctionAnswer):
         return json.loads(json.dumps(_reply(self._fn, request), allow_nan=False))
 
 
+# the largest function answer (its source and helpers, as JSON) the grader accepts
+MAX_SOURCE_CHARS = 200_000
+
+
+def check_answers(claim, declared: dict[str, str]) -> tuple[dict, dict, list[str]]:
+    """Stage 1's claim, held to the declared kinds. Returns (value answers as validated plain
+    data, function answers' bundles, notes for the feedback). Nothing here runs the claim."""
+    if not isinstance(claim, dict):
+        claim = {}
+    got_values, got_functions, refused = (claim.get(k) if isinstance(claim.get(k), dict) else {}
+                                          for k in ("values", "functions", "refused"))
+    values, functions, notes = {}, {}, []
+    for name, kind in declared.items():
+        if name in got_values:
+            if kind == "function":
+                notes.append(f"answer `{name}` not used: it should be a function "
+                             f"(`def {name}(...)`), not a value")
+                continue
+            try:
+                value = plain.decode(got_values[name], build_tensors=False)
+            except plain.NotPlainData as err:
+                notes.append(f"answer `{name}` not used: {err}")
+                continue
+            values[name] = plain.reencode(value)
+        elif name in got_functions:
+            bundle = got_functions[name]
+            if kind == "value":
+                notes.append(f"answer `{name}` not used: it should be a value (a number, string, "
+                             "list, dict or tensor); a function given for a value is not run")
+            elif not (isinstance(bundle, dict) and isinstance(bundle.get("source"), str)
+                      and isinstance(bundle.get("helpers", {}), dict)
+                      and len(json.dumps(bundle)) <= MAX_SOURCE_CHARS):
+                notes.append(f"answer `{name}` not used: its source could not be read")
+            else:
+                functions[name] = bundle
+        elif name in refused:
+            notes.append(f"answer `{name}` not used: it is not plain data "
+                         f"({str(refused[name])[:300]}); give a number, string, list, dict, "
+                         "tensor or function")
+        else:
+            notes.append(f"answer `{name}` is not defined in the submission")
+    return values, functions, notes
+
+
 def as_graded(namespace: dict, answer_cells: list[str]) -> list[str]:
     """Rebind the answers that ``answer_cells`` (their sources) declare in ``namespace`` as
     grading binds them: the claim stage 1 would send, held to the declared kinds by the grader's
-    own ``check_answers``, values rebuilt from plain data, each function an
+    ``check_answers`` (above), values rebuilt from plain data, each function an
     :class:`InProcessAnswer`; an answer grading would not use is removed. Returns grading's notes.
     notebooks/conftest.py calls it in each lesson's kernel before a question's tests, so nbval runs
     every lesson's tests against its reference as grading would, without a sandbox. Not checked
     here: that a function answer imports nothing of the kit at call time (its sandbox has none)."""
-    from grade import check_answers
     declared = {n: kind for source in answer_cells for n, kind in declared_answers(source).items()}
     claim = json.loads(json.dumps(claim_of(namespace, list(declared)), allow_nan=False))
     values, functions, notes = check_answers(claim, declared)

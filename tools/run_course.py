@@ -9,9 +9,11 @@ lesson's figures, one plot and time, and links its HTML page.
 On a CPU machine two lessons run at once (``--jobs``), each kernel with half the cores as torch
 threads: the lessons train small models whose steps do not scale to every core (a lesson 03 MoCo
 step: 93 ms on one thread, 60 ms on two), so two one-thread kernels finish the course sooner than
-one two-thread kernel. A lesson's figures can move in the last digits with its thread count
-(floating-point sums in another order); every assert holds either way. ``--jobs 1`` runs one
-lesson at a time with every core and a per-cell progress bar, as a reader's own run does.
+one two-thread kernel. A lesson alone (``--jobs 1``, as a reader's own run) spreads its seeded
+runs over the cores instead (``runtime.map_runs``: forked one-thread workers), so those runs'
+figures are the same either way; what a lesson computes outside ``map_runs`` can move in the last
+digits with its thread count (floating-point sums in another order), and every assert holds
+either way. ``--jobs 1`` shows a per-cell progress bar.
 """
 from __future__ import annotations
 

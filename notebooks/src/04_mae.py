@@ -314,7 +314,7 @@ if cfg.encoder_kept_range is not None:
 # %% [markdown]
 # Read the table from the right (figures in the lines printed above). The **rest** of the step —
 # decoder, loss — keeps about the same bytes in both arms (within the printed tolerance, asserted),
-# because it runs on all L tokens either way. The **encoder**'s blocks keep fewer bytes by more than
+# because it runs on all L tokens either way. The **encoder**'s blocks keep fewer bytes by at least
 # 1/(1−r) at the lesson's depth: their linear layers' inputs shrink by 1/f, their L×L attention
 # matrices by 1/f². What happens before the blocks keeps bytes for all L patches (the patch
 # embedding in both arms; in the visible-only arm also the gather that picks the visible tokens,
@@ -463,7 +463,9 @@ print("unseen photos:", ", ".join(unseen))
 # photo's mean visible patch. **It does not beat interpolation** at the CPU scale. Both are
 # decided by seeds further down: the three pixel-target MAEs the probe section trains (fewer
 # steps each, paired by seed) fill with less error than the mean visible patch and with more
-# than either interpolation, resolved and asserted at the default scale. This one longer-trained
+# than either interpolation, resolved and asserted at the default scale. Those intervals cover
+# the training seeds only: every seed is scored on the same unseen photos (listed below) with the
+# same mask draws, so the verdicts are about these photos and masks, not photos in general. This one longer-trained
 # model comes about as close as copying the nearest visible pixel and stays worse than
 # inverse-distance interpolation (the cell below prints the figures and the tolerances it
 # asserts for it); the shorter-trained seeds are resolved worse than nearest-pixel too, so
@@ -615,7 +617,8 @@ if cfg.photo_verdicts is not None:   # the photo claims, decided by the seeds
 # under a point on ImageNet) is a citation here, not evidence. The kNN probe's verdicts are
 # printed beside the linear ones and not asserted. The same seeds' pixel-target MAEs also decide
 # the photo comparison of the section above (printed after the probe verdicts, asserted at the
-# default scale): below the mean visible patch, above both interpolations.
+# default scale, on those photos and mask draws): below the mean visible patch, above both
+# interpolations.
 
 # %% [markdown]
 # ### Mask-ratio sweep: cheaper encoder, harder task
@@ -630,7 +633,8 @@ if cfg.photo_verdicts is not None:   # the photo claims, decided by the seeds
 # at every ratio with the same masks, paired by seed, one comparison per step of the ratio; the
 # longer-trained model above is plotted beside them, one model, printed only. At the default
 # scale the seeds' error rises at every step of the ratio too (asserted), 0.25 to 0.5 included,
-# where the one longer-trained model's curve is flat: a single model's shape is not a finding.
+# where the one longer-trained model's curve dips slightly (printed): a single model's shape is not
+# a finding.
 
 # %%
 sweep = []
@@ -706,7 +710,7 @@ if cfg.ratio_verdicts is not None:   # the seeds' verdict at each step of the ra
 #
 # - The saving is in the **encoder**. The decoder still processes all L tokens, the loss still
 #   needs all targets, and the patch embedding runs on every patch. Measured above (figures
-#   below): the encoder alone keeps more than 1/(1−r) times fewer bytes for backward at the
+#   below): the encoder alone keeps at least 1/(1−r) times fewer bytes for backward at the
 #   lesson's depth, the whole step much less, because the decoder keeps about the same bytes in
 #   both arms (within the asserted tolerance). The heavier the decoder relative to the encoder, the less is saved;
 #   the paper's "3× or more" wall-clock figure (He et al., Table 2; cited, not re-checked) is 2.8×

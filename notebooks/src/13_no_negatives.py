@@ -52,7 +52,8 @@ cfg = config(
     # budget_steps: every arm of the comparison gets the FLOPs of this many SimCLR steps;
     # collapse_steps: length of the stop-gradient ablation, read every collapse_every steps.
     # claims: assert claim 1's collapse; verdicts: claim 2's verdicts, the default preset's set
-    # from its runs at 1 and 2 torch threads (None: at the edge of its interval, printed, not claimed).
+    # from its default run (map_runs: one thread per run, the same verdicts wherever it runs; None:
+    # at the edge of its interval, printed, not claimed).
     ci=dict(image_size=16, width=8, blocks=(1, 1, 1), batch=16, dim=32, queue=64,
             lr=2e-3, weight_decay=0.05, temperature=0.2,
             crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
@@ -527,7 +528,7 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #
 # - **Scale.** Every run here is minutes of a small ResNet on 16-pixel synthetic shapes. SimSiam
 #   reaches 91.8% on CIFAR-10 after 800 epochs in its paper; this lesson measures the start of
-#   training, where SimSiam is known to start slowly. The verdicts are about this budget, not
+#   training, where SimSiam starts slowly (claim 2 measures it here). The verdicts are about this budget, not
 #   about the methods' ceilings. The kit's SSL benchmark (`benchmarks/bench_ssl_quality.py`)
 #   trains each objective for 3 CPU-minutes on the same kind of shapes (one seed, a time budget
 #   rather than matched FLOPs, many more steps than here); in its committed result

@@ -98,8 +98,9 @@ class _FunctionalCollectives(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if func.namespace == "_c10d_functional" and func._opname in FUNCTIONAL:
-            kind, payload_is_output = FUNCTIONAL[func._opname]
+        name = func.name().split("::")[-1].split(".")[0]   # "_c10d_functional::all_reduce" -> "all_reduce"
+        if func.namespace == "_c10d_functional" and name in FUNCTIONAL:
+            kind, payload_is_output = FUNCTIONAL[name]
             self.counter.payload[kind] += _nbytes(out if payload_is_output else args[0])
             self.counter.calls[kind] += 1
         return out

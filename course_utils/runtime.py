@@ -124,12 +124,16 @@ def _one_thread_worker() -> None:
     torch.set_num_threads(1)
 
 
-def _call(key):
+def _run(fn, key):
     try:
-        return key, _FORKED_FN(key)
+        return fn(key)
     except Exception as err:   # say which run, in this process's traceback too
         err.add_note(f"in map_runs' run {key!r}")
         raise
+
+
+def _call(key):
+    return key, _run(_FORKED_FN, key)
 
 
 def map_runs(fn, keys, *, device=None, workers: int | None = None, desc: str | None = None) -> dict:
@@ -162,19 +166,21 @@ def map_runs(fn, keys, *, device=None, workers: int | None = None, desc: str | N
     forkable = sys.platform.startswith("linux")
     bar = tqdm(total=len(keys), desc=desc or "runs")
     results = {}
-    _FORKED_FN = fn
     try:
-        if workers == 1 or on_gpu or not forkable:   # one run alone forks too: one thread, as every run
+        if workers == 1 or on_gpu or not forkable:
             for key in keys:
-                results[key] = _call(key)[1]
+                results[key] = _run(fn, key)
                 bar.update()
-        else:
-            context = multiprocessing.get_context("fork")
-            with context.Pool(min(workers, len(keys)), initializer=_one_thread_worker) as pool:
-                for key, result in pool.imap_unordered(_call, keys):
-                    results[key] = result
-                    bar.update()
+        else:   # a single run forks too: it gets one thread, as every run does
+            outer, _FORKED_FN = _FORKED_FN, fn
+            try:
+                context = multiprocessing.get_context("fork")
+                with context.Pool(min(workers, len(keys)), initializer=_one_thread_worker) as pool:
+                    for key, result in pool.imap_unordered(_call, keys):
+                        results[key] = result
+                        bar.update()
+            finally:
+                _FORKED_FN = outer
     finally:
-        _FORKED_FN = None
         bar.close()
     return {key: results[key] for key in keys}

@@ -111,3 +111,12 @@ def test_a_failing_run_fails_the_map_and_bad_workers_say_so():
         assert any("in map_runs' run" in note for note in failed.value.__notes__)
     with pytest.raises(ValueError, match="workers"):
         map_runs(_train_a_little, [1], workers=0)
+
+
+def test_runs_may_map_runs_of_their_own():
+    """A run that maps runs of its own (here, in this process and forked) leaves the outer map's
+    function in place for its later keys."""
+    def outer(seed):
+        inner = map_runs(lambda s: s * 10, [seed, seed + 1], workers=2)
+        return sum(inner.values())
+    assert map_runs(outer, [1, 2, 3], workers=1) == {1: 30, 2: 50, 3: 70}

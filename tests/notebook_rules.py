@@ -38,11 +38,11 @@ notebooks):
     test_five_part_pattern                          -> five_part_pattern
   tests/test_student_editions.py (every source)
     test_student_edition_is_up_to_date              -> student_edition_is_up_to_date
-
-Rules added since (no old test): markdown_lines_are_comments (every source).
     test_student_edition_has_no_solutions_or_hidden_tests -> student_edition_has_no_solutions_or_hidden_tests
     test_every_exercise_is_followed_by_its_check    -> every_exercise_is_followed_by_its_check
     test_nothing_after_an_exercise_uses_its_answer  -> nothing_after_an_exercise_uses_its_answer
+
+Rules added since (no old test): markdown_lines_are_comments (every source).
 
 The checks that are not per notebook (there are notebooks, no stale student editions, the install
 cell on and off Colab, retargeting a fork, ...) and everything that executes or grades a notebook

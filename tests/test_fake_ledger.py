@@ -159,7 +159,8 @@ def test_a_peak_timed_on_a_busy_machine_is_timed_again_when_a_step_beats_it(monk
     """A low cached peak (as if timed under load) is re-measured, not reported as MFU > 1; a step
     that still beats the fresh reading warns instead of passing silently."""
     from course_utils.ledger import speed
-    key = speed._key("cpu", None, 5)
+    speed.peak_flops("cpu")
+    key = ("cpu", 1024, 5, torch.get_num_threads())          # the default reading, just cached
     monkeypatch.setitem(speed._PEAKS, key, 1e3)               # a peak read on a very busy machine
     u = speed.utilisation(10 ** 9, 1.0)                      # 1 GFLOP/s: far above 1 kFLOP/s
     assert u["peak_flops"] > 1e8 and speed._PEAKS[key] == u["peak_flops"] and u["mfu"] < 1

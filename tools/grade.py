@@ -561,6 +561,17 @@ def grade_folder(autograder: Path, folder: Path, out: Path, *, timeout: float = 
     return out / "scores.csv"
 
 
+def _at_least_one(text: str) -> int:
+    """argparse type of a count flag: its error names the flag (sandbox.Limits would name its field)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number is needed, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -571,19 +582,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds allowed per submission (default 600)")
     ap.add_argument("--scale", default="ci", help="COURSE_SCALE to grade at (default ci)")
     ap.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
-    ap.add_argument("--scratch-mib", type=int, default=sandbox.Limits.scratch_bytes >> 20,
+    ap.add_argument("--scratch-mib", type=_at_least_one, default=sandbox.Limits.scratch_bytes >> 20,
                     help="in-memory scratch space of each sandbox, MiB (default 2048)")
-    ap.add_argument("--processes", type=int, default=sandbox.Limits.processes,
+    ap.add_argument("--processes", type=_at_least_one, default=sandbox.Limits.processes,
                     help="processes and threads each sandbox may hold (default 256; a fork bomb "
                          "forks until this cap, lessons 07-10 start a few ranks with their threads)")
     ap.add_argument("--unsafe-no-sandbox", action="store_true",
                     help="grade even without bubblewrap: submissions can then read your files "
                          "and reach the network (see docs/instructor.md)")
     args = ap.parse_args(argv)
-    for flag, value in (("--processes", args.processes), ("--scratch-mib", args.scratch_mib)):
-        if value < 1:
-            print(f"error: {flag} must be at least 1, got {value}", file=sys.stderr)
-            return 2
     try:
         limits = sandbox.Limits(scratch_bytes=args.scratch_mib * 2**20, processes=args.processes)
         grade_folder(args.autograder, args.folder, args.out, timeout=args.timeout, scale=args.scale,

@@ -196,6 +196,15 @@ def test_grade_rejects_bad_inputs(tmp_path):
         grade.submissions(tmp_path)
 
 
+@pytest.mark.parametrize("flag, value", [("--jobs", "0"), ("--processes", "-3"), ("--scratch-mib", "two")])
+def test_grade_command_names_the_bad_count_flag(flag, value, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        grade.main([str(tmp_path / "a.zip"), str(tmp_path), flag, value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert flag in err and ("at least 1" in err or "whole number" in err), err
+
+
 # --------------------------------------------------------------------------- tools/assign.py
 
 def _raw(s):

@@ -581,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0,
                     help="seconds allowed per submission (default 600)")
     ap.add_argument("--scale", default="ci", help="COURSE_SCALE to grade at (default ci)")
-    ap.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
+    ap.add_argument("--jobs", type=_at_least_one, default=1, help="submissions graded at once (default 1)")
     ap.add_argument("--scratch-mib", type=_at_least_one, default=sandbox.Limits.scratch_bytes >> 20,
                     help="in-memory scratch space of each sandbox, MiB (default 2048)")
     ap.add_argument("--processes", type=_at_least_one, default=sandbox.Limits.processes,

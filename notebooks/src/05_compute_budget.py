@@ -822,10 +822,9 @@ if cfg.alloc_check:
 # - **These budgets are the start of training.** Each run here spends the core-seconds printed
 #   above. The kit's SSL benchmark (`benchmarks/bench_ssl_quality.py`) gives SimCLR,
 #   MoCo, SimSiam and MAE a fixed budget of core-seconds each on the same kind of shapes, many
-#   times what a run here spends (a time budget, one seed, no matched FLOPs); in its committed
-#   result (`benchmarks/results/ssl_quality.json`) every one of them, in its one seed, has left its
-#   random-init floor far behind on shapes (the file's standard error is the probe's, not the
-#   seeds' spread). The small or negative self-supervised gains measured here say how slowly each
+#   times what a run here spends (a time budget, three seeds, no matched FLOPs); in its committed
+#   result (`benchmarks/results/ssl_quality.json`) every one of them has left its random-init
+#   floor far behind on shapes, on every seed (each row's interval is its three seeds' spread). The small or negative self-supervised gains measured here say how slowly each
 #   starts, not where it ends; lesson 13 finds the same for SimSiam at matched FLOPs over several
 #   seeds.
 # - C ≈ 6ND holds for dense layers used once per token. It ignores attention's L²-term (large for

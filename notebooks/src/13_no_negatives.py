@@ -530,11 +530,10 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   reaches 91.8% on CIFAR-10 after 800 epochs in its paper; this lesson measures the start of
 #   training, where SimSiam starts slowly (claim 2 measures it here). The verdicts are about this budget, not
 #   about the methods' ceilings. The kit's SSL benchmark (`benchmarks/bench_ssl_quality.py`)
-#   trains each objective for 3 CPU-minutes on the same kind of shapes (one seed, a time budget
+#   trains each objective for 3 CPU-minutes on the same kind of shapes (three seeds, a time budget
 #   rather than matched FLOPs, many more steps than here); in its committed result
-#   (`benchmarks/results/ssl_quality.json`) SimSiam, in its one seed, has left the floor far
-#   behind (the file's standard error is the probe's, not the seeds' spread): the slow start is a
-#   start.
+#   (`benchmarks/results/ssl_quality.json`) SimSiam has left the floor far behind on every seed
+#   (its interval is the seeds' spread): the slow start is a start.
 # - **Why no collapse** is not settled by this lesson: we show that the stop-gradient (and the
 #   predictor) is necessary here, not why it is sufficient. BYOL relies on the same predictor and
 #   stop-gradient, with a momentum target on top; VICReg and Barlow Twins avoid collapse another

@@ -220,3 +220,17 @@ def test_mask_tokens_in_encoder_keep_more_for_backward_but_decoder_sets_a_floor(
     step_ratio = kept[True][0] / kept[False][0]
     encoder_ratio = kept[True][1] / kept[False][1]
     assert 1.0 < step_ratio < encoder_ratio
+
+
+def test_masked_at_runs_at_another_ratio_and_puts_the_own_one_back():
+    mae = MAE(ViT(image_size=16, patch_size=4, dim=32, depth=1, heads=2), mask_ratio=0.75)
+    images = torch.randn(2, 3, 16, 16)
+    with mae.masked_at(0.5):
+        _, mask, _ = mae.forward_encoder(images, torch.Generator().manual_seed(0))
+    assert mask.sum(1).tolist() == [8.0, 8.0] and mae.mask_ratio == 0.75   # 16 patches, half masked
+    with pytest.raises(RuntimeError), mae.masked_at(0.25):
+        raise RuntimeError("a failing evaluation")
+    assert mae.mask_ratio == 0.75, "restored when the block raises"
+    with pytest.raises(ValueError, match="mask_ratio"), mae.masked_at(1.5):
+        pass
+    assert mae.mask_ratio == 0.75

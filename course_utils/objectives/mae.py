@@ -21,6 +21,8 @@ Shapes: tokens B×L×D; mask B×L (1 = removed, original order); ids_restore B×
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 
@@ -205,6 +207,17 @@ class MAE(Objective):
         if self.mask_tokens_in_encoder:
             self.encoder_mask_token = nn.Parameter(torch.zeros(1, 1, encoder.dim))
             nn.init.normal_(self.encoder_mask_token, std=0.02)
+
+    @contextlib.contextmanager
+    def masked_at(self, mask_ratio: float):
+        """Run the model at another mask ratio inside the ``with`` block (e.g. to evaluate a model
+        trained at 0.75 at 0.5), then put its own ratio back, also when the block raises."""
+        own = self.mask_ratio
+        self.mask_ratio = checks.fraction(mask_ratio, "mask_ratio", hint="MAE uses 0.75")
+        try:
+            yield self
+        finally:
+            self.mask_ratio = own
 
     @property
     def ledger_encoders(self) -> dict:

@@ -639,15 +639,14 @@ if cfg.photo_verdicts is not None:   # the photo claims, decided by the seeds
 # %%
 sweep = []
 for ratio in cfg.sweep_ratios:
-    model.mask_ratio = ratio                  # evaluation only: the model was trained at 0.75
-    with torch.no_grad():
-        flops = measure(lambda: model.forward_encoder(images), model=model).forward_flops
-    errors = fill_errors(model, cfg.photo_draws, seed=200)
+    with model.masked_at(ratio):              # evaluation only: the model was trained at 0.75
+        with torch.no_grad():
+            flops = measure(lambda: model.forward_encoder(images), model=model).forward_flops
+        errors = fill_errors(model, cfg.photo_draws, seed=200)
     n_vis = int(L * (1 - ratio))
     sweep.append({"mask ratio": ratio, "visible tokens": n_vis,
                   "blocks' FLOPs, share of full": (flops - embed_flops) / (full_flops - embed_flops),
                   "MAE masked MSE": errors["MAE"], "inverse-distance MSE": errors["inverse-distance"]})
-model.mask_ratio = 0.75
 show_table(sweep)
 
 
@@ -655,9 +654,8 @@ def seed_errors_at(ratio):
     """seed -> the masked-patch MSE of that seed's pixel-target MAE at ``ratio`` (same masks)."""
     errors = {}
     for seed, arm in pixel_mae_by_seed.items():
-        arm.mask_ratio = ratio
-        errors[seed] = fill_errors(arm, cfg.photo_draws, seed=200)["MAE"]
-        arm.mask_ratio = 0.75
+        with arm.masked_at(ratio):
+            errors[seed] = fill_errors(arm, cfg.photo_draws, seed=200)["MAE"]
     return errors
 
 

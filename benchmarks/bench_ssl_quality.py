@@ -45,6 +45,8 @@ ending in BatchNorm, a predictor) and AdamW with weight decay 0.05 (the contrast
 ``python benchmarks/bench_ssl_quality.py --summarise-again`` recomputes the committed result's
 derived fields (rows' means, intervals, verdicts, shortfalls, summary) from its stored per-seed
 measurements, with this file's rules, without training: for a change of rule, not of data.
+``--seeds N`` runs seeds 0..N-1 (N >= 3), about 25 minutes of training per seed; choose N before
+the run, not after seeing one (adding seeds until a row resolves would be optional stopping).
 """
 from __future__ import annotations
 
@@ -244,15 +246,38 @@ def summarise_again(result: dict) -> dict:
                               "(this file's rules; the measurements are the run's)"}
 
 
-if __name__ == "__main__":
+def main(argv=None) -> int:
+    import argparse
     import json
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).parent))
     from run import RESULTS, run_one
-    if "--summarise-again" in sys.argv:
+
+    from course_utils.compare import MIN_SEEDS
+
+    def seed_count(text: str) -> int:
+        if not text.isdigit() or int(text) < MIN_SEEDS:
+            raise argparse.ArgumentTypeError(f"needs a whole number >= {MIN_SEEDS} (fewer seeds "
+                                             f"cannot resolve a verdict), got {text!r}")
+        return int(text)
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small and short: printed, not written")
+    ap.add_argument("--seeds", type=seed_count, default=len(SEEDS),
+                    help=f"seeds per row, 0..N-1 (default {len(SEEDS)}; about 25 minutes each)")
+    ap.add_argument("--summarise-again", action="store_true",
+                    help="recompute the committed result's verdicts from its stored runs; no training")
+    args = ap.parse_args(argv)
+    if args.summarise_again:
         path = RESULTS / "ssl_quality.json"
         path.write_text(json.dumps(summarise_again(json.loads(path.read_text())), indent=1))
         print(json.dumps(json.loads(path.read_text())["summary"], indent=1))
     else:
-        print(json.dumps(run_one(Path(__file__), quick="--quick" in sys.argv)["summary"], indent=1))
+        result = run_one(Path(__file__), quick=args.quick, seeds=tuple(range(args.seeds)))
+        print(json.dumps(result["summary"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

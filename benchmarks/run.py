@@ -24,9 +24,10 @@ def load(path: Path):
     return module
 
 
-def run_one(path: Path, quick: bool) -> dict:
+def run_one(path: Path, quick: bool, **options) -> dict:
+    """Run one benchmark (``options``: its own ``run`` arguments, e.g. the SSL benchmark's seeds)."""
     start = time.time()
-    result = load(path).run(quick=quick)
+    result = load(path).run(quick=quick, **options)
     result = {"benchmark": path.stem, "quick": quick, "seconds": round(time.time() - start, 2), **result}
     if not quick:  # results/ holds full runs only: their figures are the ones goals are judged on
         RESULTS.mkdir(exist_ok=True)

@@ -133,3 +133,10 @@ def test_committed_results_are_full_runs():
              if json.loads(p.read_text()).get("quick", False)]
     assert not quick, f"quick runs committed as results: {quick}; rerun them in full " \
                       "(python benchmarks/run.py NAME)"
+
+
+def test_ssl_quality_refuses_too_few_seeds(capsys):
+    bench = load("bench_ssl_quality")
+    with pytest.raises(SystemExit) as exited:
+        bench.main(["--seeds", "2"])
+    assert exited.value.code == 2 and "fewer seeds cannot resolve" in capsys.readouterr().err

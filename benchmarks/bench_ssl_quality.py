@@ -271,11 +271,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.summarise_again:
         path = RESULTS / "ssl_quality.json"
-        path.write_text(json.dumps(summarise_again(json.loads(path.read_text())), indent=1))
-        print(json.dumps(json.loads(path.read_text())["summary"], indent=1))
+        result = summarise_again(json.loads(path.read_text()))
+        path.write_text(json.dumps(result, indent=1))
     else:
         result = run_one(Path(__file__), quick=args.quick, seeds=tuple(range(args.seeds)))
-        print(json.dumps(result["summary"], indent=1))
+    print(json.dumps(result["summary"], indent=1))
     return 0
 
 

@@ -7,6 +7,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
+# the encoder each SSL objective trains, stated here apart from the benchmark's own _family
+SSL_FAMILY = {"simclr": "resnet", "moco": "resnet", "simsiam": "resnet", "mae": "vit"}
 
 
 def load(name):
@@ -66,7 +68,7 @@ def test_ssl_quality_benchmark_reports_every_objective_on_both_datasets():
         for name in ("simclr", "moco", "simsiam", "mae"):
             row = rows[name]
             assert set(row["seeds"]) == {0, 1, 2}
-            family = "vit" if name == "mae" else "resnet"
+            family = SSL_FAMILY[name]
             for seed, run in row["seeds"].items():
                 assert run["floor_linear"] == rows["random_init"][family][seed]["linear"]
                 assert abs(run["linear_gain_points"] - 100 * (run["linear"] - run["floor_linear"])) < 1e-9
@@ -91,7 +93,7 @@ def test_ssl_quality_pairs_each_trained_encoder_with_its_own_initial_weights():
     bench = load("bench_ssl_quality")
     augment = SimCLRAugment(16)
     for name in bench.OBJECTIVES:
-        family = "vit" if name == "mae" else "resnet"
+        family = SSL_FAMILY[name]
         start = bench._build(name, augment, seed=1)[0].encoder.state_dict()
         for other, same in ((1, True), (2, False)):
             floor = bench._encoder(family, other).state_dict()
@@ -107,7 +109,7 @@ def test_committed_ssl_quality_verdicts_follow_from_its_runs():
     assert stored["config"]["seeds"] == [0, 1, 2] and stored["config"]["train_core_seconds"] == 180
     for dataset, rows in stored["datasets"].items():
         for name in bench.OBJECTIVES:
-            family = "vit" if name == "mae" else "resnet"
+            family = SSL_FAMILY[name]
             for seed, run in rows[name]["seeds"].items():
                 assert run["floor_linear"] == rows["random_init"][family][seed]["linear"]
                 assert abs(run["linear_gain_points"] - 100 * (run["linear"] - run["floor_linear"])) < 1e-9

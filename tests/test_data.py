@@ -105,6 +105,12 @@ def test_textures_and_photos():
     assert torch.equal(recoloured.images, load_dataset("textures-recoloured", "train").images)
     hue_gap = (recoloured.images.mean(dim=(2, 3)) - train.images.mean(dim=(2, 3))).abs().mean()
     assert hue_gap > 0.05, hue_gap
+    # colour tells no class apart: every photo's crops, the four grey ones included, carry the
+    # same saturation on average (drawn U(0.2, 1) per crop: mean 0.6); a hue turn left them grey
+    brightest, darkest = recoloured.images.amax(1), recoloured.images.amin(1)
+    saturation = ((brightest - darkest) / brightest.clamp(min=1e-3)).mean(dim=(1, 2))
+    per_class = torch.stack([saturation[recoloured.labels == c].mean() for c in range(8)])
+    assert ((per_class > 0.5) & (per_class < 0.7)).all(), per_class
     assert "astronaut" in data.available_photos()
     photo = data.load_photo("astronaut", 48)
     assert photo.shape == (3, 48, 48) and photo.dtype == torch.float32

@@ -10,7 +10,7 @@ Names (`available_datasets()`):
 | "shapes"   | procedural, generated here (the default) | 3 | 32     | train 10000, test 2000          |
 | "digits"   | scikit-learn `load_digits` (shipped)     | 1 | 8      | train 1437, test 360            |
 | "textures" | crops of scikit-image sample images      | 3 | 32     | train 2048, test 512            |
-| "textures-recoloured" | the same crops, each given a random colour and tone (class = texture only) | 3 | 32 | train 2048, test 512 |
+| "textures-recoloured" | the same crops in grey, each tinted a random colour and tone (class = texture only) | 3 | 32 | train 2048, test 512 |
 | "cifar10"  | torchvision, needs a download            | 3 | 32     | train 50000, test 10000         |
 | "stl10"    | torchvision, needs a download            | 3 | 96     | train 5000, test 8000, unlabeled 100000 |
 

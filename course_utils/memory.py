@@ -187,10 +187,8 @@ def tinygpt_activation_bytes(layers: int, hidden: int, heads: int, vocab: int, s
     """Bytes the whole ``TinyGPT`` stores for backward, weight copies excluded: L layers plus
     the head (``head_activation_bytes(..., "fp32")``; under autocast the LM head saves a bf16
     copy of its input, 2·sbh instead of 4·sbh, and the logits of the loss stay fp32 on both
-    devices, cross-entropy being an fp32 op of autocast). CUDA autocast keeps 2·sbv bytes more,
-    two per logit, the size of the bf16 logits: measured byte for byte on an H200 at three shapes
-    (``tools/gpu_check.py`` and lesson 06 at gpu scale, 2026-12-04); which op keeps them was not
-    identified there, and CPU autocast does not keep them."""
+    devices, cross-entropy being an fp32 op of autocast). CUDA autocast keeps 2·sbv bytes more
+    (``cuda_autocast_logit_bytes``, which says which op)."""
     _positive_ints(layers=layers)
     head = head_activation_bytes(seq, batch, hidden, vocab, "fp32")
     if autocast is not None:
@@ -202,9 +200,17 @@ def tinygpt_activation_bytes(layers: int, hidden: int, heads: int, vocab: int, s
 
 
 def cuda_autocast_logit_bytes(seq: int, batch: int, vocab: int) -> int:
-    """What CUDA autocast keeps for backward beyond a CPU autocast run of the same step: two
-    bytes per logit, 2·sbv (measured on an H200, benchmarks/gpu_runs/2026-12-04_h200_run1.json;
-    the op that keeps them was not identified). The planner adds it to a CPU-measured plan."""
+    """What CUDA autocast keeps for backward beyond a CPU autocast run of the same step when the
+    loss is taken inside autocast on 16-bit logits (``TinyGPT.loss``): two bytes per logit, 2·sbv.
+
+    Which op: cross-entropy is log-softmax then NLL. CUDA autocast runs log-softmax in the
+    logits' bf16 and keeps its output (2 bytes per logit), then NLL, an fp32 op, casts that to
+    fp32 and keeps the copy (4); CPU autocast runs log-softmax in fp32 and NLL keeps the same
+    tensor (4 in all). Found on an H200, byte for byte at three shapes
+    (benchmarks/gpu_runs/2026-12-04_h200_run1.json), then derived on a CPU: the same forward on
+    fake CUDA tensors under CUDA's autocast rules (``ledger.autocast_rules``) keeps exactly this
+    much more (tests/test_memory.py). A step that casts the logits to fp32 before the loss, as
+    the planner's ``gpt_loss`` and TorchTitan do, keeps none of it."""
     return 2 * seq * batch * vocab
 
 

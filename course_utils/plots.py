@@ -282,8 +282,6 @@ def planner_widget():
         show_table(ledger_lines(plan["record"]))
         if plan["gathered_bytes"]:
             print(f"+ {plan['gathered_bytes'] / 1e9:.2f} GB of parameters FSDP gathers at a time")
-        if plan["cuda_logit_bytes"]:
-            print(f"+ {plan['cuda_logit_bytes'] / 1e9:.2f} GB of logits CUDA autocast keeps")
         for line in plan["assumptions"]:
             print(f"  assumes {line}")
         verdict = "fits" if plan["fits"] else "does NOT fit"

@@ -232,3 +232,58 @@ def test_cuda_autocast_prediction_matches_the_recorded_h200_run():
         predicted = M.tinygpt_activation_bytes(layers, hidden, s["heads"], vocab, s["seq"], s["batch"],
                                                recompute=row["recompute"], autocast="cuda")
         assert row["measured_activation_bytes"] == predicted + copies, row
+
+
+def _fake_kept(device_type, shape, recompute="none"):
+    from course_utils.experiments.training_memory import tinygpt_kept_under_rules_of
+    return tinygpt_kept_under_rules_of(device_type, shape["layers"], shape["hidden"], shape["heads"],
+                                       shape["vocab"], shape["seq"], shape["batch"], recompute=recompute)
+
+
+def test_cuda_autocast_rules_on_fake_cuda_tensors_reproduce_the_h200_run():
+    """A CPU predicts the GPU's bytes: the recorded H200 rows (kept for backward under CUDA bf16
+    autocast, two shapes, with and without full recomputation) equal, byte for byte, TinyGPT's
+    forward run here on fake CUDA tensors under CUDA's autocast rules. Under CPU's rules the same
+    forward keeps less at every row, so the rules, not the fake tensors, make the match."""
+    import json
+    from pathlib import Path
+    report = json.loads((Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_runs"
+                         / "2026-12-04_h200_run1.json").read_text())
+    rows = [r for r in report["results"]["memory"] if r["bf16_autocast"]]
+    assert len(rows) == 4
+    for row in rows:
+        assert _fake_kept("cuda", row["shape"], row["recompute"]) == row["measured_activation_bytes"], row
+        assert _fake_kept("cpu", row["shape"], row["recompute"]) < row["measured_activation_bytes"], row
+
+
+def test_cuda_autocast_keeps_log_softmax_in_bf16_and_an_fp32_copy():
+    """memory.cuda_autocast_logit_bytes, derived: under CUDA's rules log-softmax keeps its bf16
+    output and NLL a separate fp32 copy (2 + 4 bytes per logit); under CPU's, log-softmax runs
+    in fp32 and NLL keeps that same tensor (4). On either device the slope in the batch is
+    ``tinygpt_activation_bytes``'s, which books that term for CUDA."""
+    from course_utils.ledger import autocast_rules, fake_mode
+    shape = dict(layers=1, hidden=40, heads=2, vocab=1000, seq=24, batch=2)
+    kept = {}
+    for device_type in ("cpu", "cuda"):
+        with fake_mode(), torch.device(device_type):
+            model = TinyGPT(1000, 24, 1, 40, 2)
+            tokens = torch.randint(1000, (2, 24))
+            with autocast_rules(device_type):
+                loss = model.loss(tokens, tokens)
+        nll = loss.grad_fn
+        while nll.name() != "NllLossBackward0":
+            nll = nll.next_functions[0][0]
+        log_softmax = nll.next_functions[0][0]
+        while log_softmax.name() != "LogSoftmaxBackward0":
+            log_softmax = log_softmax.next_functions[0][0]
+        kept[device_type] = (log_softmax._saved_result, nll._saved_self)
+    cpu_out, cpu_nll = kept["cpu"]
+    cuda_out, cuda_nll = kept["cuda"]
+    assert cpu_out.dtype == cpu_nll.dtype == torch.float32
+    assert cpu_out.untyped_storage()._cdata == cpu_nll.untyped_storage()._cdata   # one tensor
+    assert (cuda_out.dtype, cuda_nll.dtype) == (torch.bfloat16, torch.float32)
+    assert cuda_out.untyped_storage()._cdata != cuda_nll.untyped_storage()._cdata
+    for device_type in ("cpu", "cuda"):   # the per-sample formula, logits term included on CUDA
+        slope = _fake_kept(device_type, {**shape, "batch": 4}) - _fake_kept(device_type, shape)
+        assert slope == (M.tinygpt_activation_bytes(1, 40, 2, 1000, 24, 4, autocast=device_type)
+                         - M.tinygpt_activation_bytes(1, 40, 2, 1000, 24, 2, autocast=device_type))

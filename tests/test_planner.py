@@ -112,17 +112,29 @@ def test_sdpa_keeps_no_attention_scores():
     assert growth_ratio("eager") > 2.5
 
 
-def test_a_gpt_plan_under_cuda_autocast_books_the_logits_a_gpu_keeps():
-    """CUDA autocast keeps 2 bytes per logit that the CPU-measured step does not (an H200 run,
-    memory.cuda_autocast_logit_bytes): the plan adds them under DDP's autocast, not in fp32 and
-    not under FSDP2's policy, where they were not measured."""
-    from course_utils.memory import cuda_autocast_logit_bytes
-    seq, batch = 128, 1
-    ddp = plan_run("GPT 1.3B", per_device_batch=batch, devices=2, strategy="ddp", size=seq)
-    assert ddp["cuda_logit_bytes"] == cuda_autocast_logit_bytes(seq, batch, 32000) == 2 * seq * 32000
-    rec = ddp["record"]
-    assert ddp["needed_bytes"] == rec.resident_bytes + rec.activation_bytes + ddp["cuda_logit_bytes"]
-    assert any("2 bytes per logit" in line for line in ddp["assumptions"])
-    fp32 = plan_run("GPT 1.3B", per_device_batch=batch, devices=2, strategy="ddp", size=seq,
-                    precision="fp32")
-    assert fp32["cuda_logit_bytes"] == 0
+def test_the_planners_gpt_step_keeps_on_cuda_what_its_cpu_plan_books():
+    """The planner measures its GPT step under CPU autocast (with ``softmax_as_on_cuda``) and plans
+    a GPU run. Its forward and loss (``gpt_loss``), run on fake CUDA tensors under CUDA's own
+    autocast rules and without the softmax shim, keep exactly the bytes the CPU run keeps, with
+    eager attention; so the plan adds no device term (a loss inside CUDA autocast would keep 2
+    bytes per logit more: memory.cuda_autocast_logit_bytes). With fused attention the CUDA run
+    takes flash (a CPU-only torch would send fake CUDA attention to its math path)."""
+    from course_utils.experiments.planning import gpt_forward_kept
+    seq, batch = 64, 2
+    shape = dict(layers=2, hidden=64, heads=4, vocab=500, seq=seq, batch=batch)
+    planned = gpt_forward_kept("cpu", **shape)
+    assert gpt_forward_kept("cuda", **shape) == planned
+    # without the shim, CPU's rules keep the s² probabilities in bf16: 4 bytes per score fewer
+    scores = shape["layers"] * shape["heads"] * seq * seq * batch
+    assert planned - gpt_forward_kept("cpu", **shape, softmax_shim=False) == 4 * scores
+
+    # sdpa, as the DDP rows plan it: CUDA's flash kernel keeps what the CPU's does, plus its
+    # random-number state (a 2-element and a 0-d uint64 tensor, 24 bytes) in every layer
+    for layers in (2, 3):
+        sdpa = {**shape, "layers": layers, "attention": "sdpa"}
+        assert gpt_forward_kept("cuda", **sdpa) - gpt_forward_kept("cpu", **sdpa) == 24 * layers
+
+    plan = plan_run("GPT 1.3B", per_device_batch=1, devices=2, strategy="ddp", size=128)
+    rec = plan["record"]
+    assert plan["needed_bytes"] == rec.resident_bytes + rec.activation_bytes
+    assert any("fake CUDA" in line for line in plan["assumptions"])

@@ -11,6 +11,7 @@ Optimizers come from ``course_utils.optim`` by name: "sgd-momentum" (SGD, moment
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import time
 import warnings
@@ -92,7 +93,9 @@ def ddp_equivalence(rank: int, world_size: int, cfg: dict | None = None) -> dict
     """Train DDP (n ranks, B rows each) and a single-process copy (nB rows) side by side.
 
     Ranks start from *different* seeds: DDP's constructor broadcasts rank 0's parameters, so the
-    copies agree before step 1. Returns, per optimizer, max |θ_DDP − θ_single| after each step.
+    copies agree before step 1. Returns, per optimizer, max |θ_DDP − θ_single| after each step
+    and a SHA-256 of this rank's final parameters (equal on every rank iff the copies never
+    drifted apart, to the bit).
     """
     c = settings(cfg, DEFAULTS)
     device, dtype = worker_device(), getattr(torch, c.dtype)
@@ -119,7 +122,10 @@ def ddp_equivalence(rank: int, world_size: int, cfg: dict | None = None) -> dict
             bitwise.append(bool((d == 0).all()))
         out[opt_name] = {"checksum_before_broadcast": before, "checksum_after_broadcast": after,
                          "max_abs_diff": diffs, "bitwise_equal": bitwise,
-                         "param_scale": flat_params(single).abs().max().item()}
+                         "param_scale": flat_params(single).abs().max().item(),
+                         # every bit of this rank's final parameters, to compare across ranks
+                         "final_params_sha256": hashlib.sha256(
+                             flat_params(model).detach().cpu().numpy().tobytes()).hexdigest()}
     return out
 
 

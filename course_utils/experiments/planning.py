@@ -15,15 +15,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.overrides import TorchFunctionMode
 from torchvision.models import resnet50
 
 from .. import checks
 from ..augment import SimCLRAugment
 from ..distributed.data_parallel import nt_xent_local_with_global_negatives
 from ..distributed.sharding import MixedPrecisionPolicy, fully_shard
-from ..ledger import fake_mode, fake_world, measure
+from ..ledger import autocast_rules, fake_mode, fake_world, kept_after_forward, measure
 from ..ledger.comm_count import allreduce_mean_hook
-from ..memory import DEVICES, PRECISIONS, cuda_autocast_logit_bytes
+from ..memory import DEVICES, PRECISIONS
 from ..models import ViT
 from ..models.heads import ProjectionHead
 from ..models.transformer import GPT_SHAPES, TinyGPT, tinygpt_param_count
@@ -47,17 +48,32 @@ def softmax_as_on_cuda(model: nn.Module) -> nn.Module:
     saves). The attention modules (``transformer.CausalSelfAttention``, ``models.vit.Attention``)
     carry the choice as ``softmax_dtype``, so a checkpointed block recomputes it the same way.
     The rest of both autocasts' lists agree for these models (matmuls in bf16, LayerNorm on an
-    fp32 residual stream)."""
+    fp32 residual stream) once the loss is taken outside autocast on fp32 logits (``gpt_loss``):
+    tests/test_planner.py runs the planner's forward on fake CUDA tensors under CUDA's own rules
+    (``ledger.autocast_rules``) and finds the same bytes kept, exactly."""
     for module in model.modules():
         if hasattr(module, "softmax_dtype"):
             module.softmax_dtype = torch.float32
     return model
 
 
-def _autocast(precision: str):
-    """The forward's autocast for ``precision`` (with ``softmax_as_on_cuda`` on the model)."""
+def _autocast(precision: str, device_type: str = "cpu"):
+    """The forward's autocast for ``precision`` (with ``softmax_as_on_cuda`` on the model; the
+    rules of ``device_type``, which fake tensors of a device this machine lacks can run)."""
     dtype = AUTOCAST_DTYPES[checks.choice(precision, "precision", PRECISIONS)]
-    return contextlib.nullcontext() if dtype is None else torch.autocast("cpu", dtype=dtype)
+    return contextlib.nullcontext() if dtype is None else autocast_rules(device_type, dtype)
+
+
+def gpt_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str,
+             device_type: str = "cpu") -> torch.Tensor:
+    """The planner's GPT forward and loss: the model under ``precision``'s autocast, the loss
+    outside it on the logits cast to fp32, as TorchTitan computes it. Why outside: inside CUDA
+    autocast, cross-entropy on bf16 logits keeps log-softmax's bf16 output *and* an fp32 copy of
+    it (``memory.cuda_autocast_logit_bytes``, 2 bytes per logit more than on a CPU); on fp32
+    logits both devices keep one fp32 log-softmax output, so the CPU-measured plan is the GPU's."""
+    with _autocast(precision, device_type):
+        logits = module(x)
+    return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
 
 
 def _ddp(model: nn.Module) -> nn.Module:
@@ -227,11 +243,46 @@ def gpt_ledger(*, layers: int, hidden: int, heads: int, vocab: int, seq: int, ba
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with _autocast(forward_precision):
-            logits = module(x)
-        F.cross_entropy(logits.flatten(0, 1).float(), y.flatten()).backward()
+        gpt_loss(module, x, y, forward_precision).backward()
         opt.step()
     return measure(step, model=model, optimizer=opt)
+
+
+class _FlashAttentionAsOnGPU(TorchFunctionMode):
+    """Send ``F.scaled_dot_product_attention`` to CUDA's flash kernel. Why by hand: a torch
+    without a GPU cannot ask the device which fused kernel it supports, so on fake CUDA tensors
+    it falls back to the math path (s² scores kept); flash is what a 16-bit causal run without
+    a mask gets on an Ampere-or-newer GPU."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            query, key, value = args[:3]
+            return torch.ops.aten._scaled_dot_product_flash_attention(
+                query, key, value, is_causal=kwargs.get("is_causal", False))[0]
+        return func(*args, **kwargs)
+
+
+def gpt_forward_kept(device_type: str, *, layers: int, hidden: int, heads: int, vocab: int,
+                     seq: int, batch: int, attention: str = "eager", precision: str = "bf16-mixed",
+                     softmax_shim: bool | None = None) -> int:
+    """Bytes the planner's GPT forward and loss (``gpt_loss``) keep for backward under
+    ``device_type``'s autocast rules, on fake tensors of that device: "cuda" needs no GPU (the
+    dispatcher applies CUDA's rules to fake CUDA tensors; backward would need one, hence the
+    forward alone, ``ledger.kept_after_forward``). ``softmax_shim`` (default: on the CPU only)
+    applies ``softmax_as_on_cuda``, as ``gpt_ledger`` does. ``attention="sdpa"`` on "cuda" runs
+    CUDA's flash kernel (``_FlashAttentionAsOnGPU``), on "cpu" the CPU flash kernel the plan runs."""
+    checks.choice(device_type, "device_type", ("cpu", "cuda"))
+    checks.choice(attention, "attention", ("eager", "sdpa"))
+    shim = device_type == "cpu" if softmax_shim is None else softmax_shim
+    kernel = _FlashAttentionAsOnGPU() if device_type == "cuda" and attention == "sdpa" else contextlib.nullcontext()
+    with fake_mode(), torch.device(device_type):
+        torch.manual_seed(0)
+        model = TinyGPT(vocab, seq, layers, hidden, heads, attention=attention)
+        model = softmax_as_on_cuda(model) if shim else model
+        x, y = torch.randint(vocab, (batch, seq)), torch.randint(vocab, (batch, seq))
+        with kernel:
+            return kept_after_forward(lambda: gpt_loss(model, x, y, precision, device_type), model=model)
 
 
 def gathered_negatives_ledger(per_rank_batch: int, dim: int = 128):
@@ -260,10 +311,7 @@ def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str =
     """Measure one step of ``model`` (``PLANNED_MODELS``) on fake tensors and ``devices`` fake
     ranks; return the per-device ledger ``record``, ``gathered_bytes`` (FSDP: the full 16-bit
     parameters of the root and of two blocks, the one computing and the one prefetched; counted,
-    not measured), ``cuda_logit_bytes`` (GPT under CUDA autocast, DDP or one device: the 2 bytes
-    per logit a GPU run keeps and the CPU-measured step does not, ``memory.
-    cuda_autocast_logit_bytes``), ``needed_bytes`` (resident + kept for backward + gathered +
-    those), ``fits``,
+    not measured), ``needed_bytes`` (resident + kept for backward + gathered), ``fits``,
     ``margin_bytes`` (device_bytes − needed), ``step_seconds`` = FLOPs / (peak × MFU) per device
     and ``assumptions``, the sentences to print beside the plan.
 
@@ -281,7 +329,7 @@ def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str =
                          f"plan {model} with recompute='none'")
     precision = precision or ("bf16-mixed" if gpt else "fp32")
     strategy = strategy if devices > 1 else "single"
-    gathered = cuda_logits = 0
+    gathered = 0
     with fake_world(max(devices, 2)) as mesh, fake_mode():   # one device: no collectives issued
         if gpt:
             shape = GPT_SIZES[model]
@@ -292,15 +340,12 @@ def plan_run(model: str, *, per_device_batch: int, devices: int, strategy: str =
             if strategy == "fsdp":
                 gathered = fsdp_gathered_bytes(hidden=shape["hidden"], vocab=32000,
                                                seq=size or 4096, precision=precision)
-            elif precision != "fp32":   # measured on CUDA, absent from the CPU-autocast run
-                cuda_logits = cuda_autocast_logit_bytes(size or 4096, per_device_batch, 32000)
         else:
             record = ssl_ledger(SSL_MODELS[model], per_device_batch, image_size=size or 224,
                                 ddp=devices > 1, queue_size=queue_size, mask_ratio=mask_ratio,
                                 optimizer=optimizer, precision=precision)
-    needed = record.resident_bytes + record.activation_bytes + gathered + cuda_logits
-    return {"record": record, "gathered_bytes": gathered, "cuda_logit_bytes": cuda_logits,
-            "needed_bytes": needed,
+    needed = record.resident_bytes + record.activation_bytes + gathered
+    return {"record": record, "gathered_bytes": gathered, "needed_bytes": needed,
             "fits": needed <= device_bytes, "margin_bytes": device_bytes - needed,
             "step_seconds": record.flops / (peak_flops * mfu),
             "assumptions": assumptions(gpt, strategy, precision, attention)}
@@ -332,9 +377,10 @@ def assumptions(gpt: bool, strategy: str, precision: str, attention: str) -> lis
                     "block, fp32 gradient reduce-scatter, fp32 sharded state), no autocast")
     else:
         said.append(f"precision: CUDA autocast {precision[:4]} (softmax fp32), fp32 state; the "
-                    "16-bit weight copies it makes are kept for backward, and 2 bytes per logit "
-                    "that CUDA autocast keeps and a CPU run does not (fitted to TinyGPT's loss "
-                    "on an H200; this planner's step has not run on a GPU)")
+                    "16-bit weight copies it makes are kept for backward; the loss outside "
+                    "autocast on fp32 logits (this forward on fake CUDA tensors under CUDA's rules "
+                    "keeps the same bytes with eager attention, and 24 bytes more per layer with "
+                    "flash: its random-number state)")
     said.append("not counted: allocator caching and fragmentation, kernel workspaces, "
                 "temporaries freed inside one op, communication buffers"
                 + (", one block's unsharded gradients before their reduce-scatter" if strategy == "fsdp" else ""))

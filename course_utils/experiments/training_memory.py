@@ -13,7 +13,7 @@ import time
 import torch
 
 from .. import checks
-from ..ledger import measure, utilisation
+from ..ledger import autocast_rules, fake_mode, kept_after_forward, measure, utilisation
 from ..ledger.fake import to_device
 from ..objectives.simclr import nt_xent_loss, nt_xent_loss_tiled
 from ..optim import make_optimizer
@@ -47,6 +47,21 @@ def measure_tinygpt(layers: int, hidden: int, heads: int, vocab: int, seq: int, 
     for _ in range(steps - 1):
         step()
     return measure(step, model=model, optimizer=opt), model
+
+
+def tinygpt_kept_under_rules_of(device_type: str, layers: int, hidden: int, heads: int, vocab: int,
+                                seq: int, batch: int, *, recompute: str = "none") -> int:
+    """Bytes ``measure_tinygpt``'s bf16 autocast forward and loss keep for backward under
+    ``device_type``'s autocast rules, on fake tensors of that device: "cuda" needs no GPU (the
+    dispatcher applies CUDA's rules to fake CUDA tensors). The forward only
+    (``ledger.kept_after_forward``): backward on fake CUDA tensors needs a CUDA context."""
+    checks.choice(device_type, "device_type", ("cpu", "cuda"))
+    with fake_mode(), torch.device(device_type):
+        torch.manual_seed(0)
+        model = TinyGPT(vocab, seq, layers, hidden, heads, recompute=recompute)
+        x, y = random_tokens(batch, seq, vocab, device=device_type)
+        with autocast_rules(device_type, torch.bfloat16):
+            return kept_after_forward(lambda: model.loss(x, y), model=model)
 
 
 def recompute_tradeoff(layers: int, hidden: int, heads: int, vocab: int, seq: int, batch: int, *,

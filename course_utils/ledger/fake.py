@@ -16,6 +16,11 @@ What a fake run cannot know: anything that depends on the values (a data-depende
 ``.item()`` branch; torch raises ``DataDependentOutputException`` naming the op), how fast the
 kernels run, how communication overlaps compute, and the allocator's caching and fragmentation.
 
+``autocast_rules(device_type, dtype)`` applies a device's autocast rules even where the device is
+absent: on fake CUDA tensors a CPU machine runs CUDA autocast's op-by-op dtypes, so the bytes a
+GPU's forward keeps for backward can be read here (``measured.kept_after_forward``; backward on
+fake CUDA tensors needs a CUDA context, so a step stops at the forward).
+
 ``peak_live_bytes(step, model=, optimizer=)`` adds what the ledger's lines leave out: the peak of
 *every* live tensor during one step (temporaries, gradients, FSDP2's gathered parameters, what a
 selective checkpoint caches), by category, from torch's memory tracker, which runs on fake
@@ -156,6 +161,33 @@ def peak_live_bytes(step, *, model: nn.Module, optimizer=None) -> dict[str, int]
         raise ValueError(f"the step used {len(per_device)} devices ({', '.join(map(str, per_device))}); "
                          "peak_live_bytes reports one device's peak: keep the step on one device")
     return {getattr(kind, "value", kind): nbytes for kind, nbytes in next(iter(per_device.values())).items()}
+
+
+@contextlib.contextmanager
+def autocast_rules(device_type: str, dtype: torch.dtype = torch.bfloat16):
+    """``torch.autocast(device_type, dtype)``, also for a device this machine lacks.
+
+    Why not torch.autocast itself: ``torch.autocast("cuda")`` disables itself (with a warning)
+    when CUDA is unavailable, yet its rules are entries of the dispatcher, which fake CUDA tensors
+    reach on any machine. This sets the same state torch.autocast sets, through the same public
+    calls, and restores it on exit; on real tensors of a present device it is torch.autocast.
+    Build the fake tensors with ``torch.device("cuda")`` inside ``fake_mode()``."""
+    checks.choice(device_type, "device_type", ("cpu", "cuda"))
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype!r}")
+    previous = (torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type),
+                torch.is_autocast_cache_enabled())
+    torch.set_autocast_enabled(device_type, True)
+    torch.set_autocast_dtype(device_type, dtype)
+    torch.autocast_increment_nesting()
+    try:
+        yield
+    finally:
+        if torch.autocast_decrement_nesting() == 0:
+            torch.clear_autocast_cache()
+        torch.set_autocast_enabled(device_type, previous[0])
+        torch.set_autocast_dtype(device_type, previous[1])
+        torch.set_autocast_cache_enabled(previous[2])
 
 
 def to_device(module: nn.Module, device) -> nn.Module:

@@ -268,6 +268,27 @@ def _count_items(encoders: dict) -> tuple[dict, dict, list]:
     return counts, again, handles
 
 
+def kept_after_forward(forward, *, model: nn.Module) -> int:
+    """Run ``forward()`` (a forward and its loss, no backward) and return the bytes autograd keeps
+    for backward when it returns, counted as ``measure`` counts ``activation_bytes`` (each
+    storage once, ``model``'s parameters and buffers excluded). Without recomputation that is the
+    line's peak: backward only frees.
+
+    For where a whole step cannot run: on fake CUDA tensors under ``fake.autocast_rules("cuda")``
+    a CPU machine dispatches CUDA's autocast rules, but backward needs a CUDA context."""
+    if not callable(forward):
+        raise TypeError("forward must be a callable that runs a forward and its loss, "
+                        "e.g. lambda: model.loss(tokens, targets)")
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    tracker = _SavedTensorTracker({storage_key(t) for t in (*model.parameters(), *model.buffers())})
+    with torch.autograd.graph.saved_tensors_hooks(tracker.pack, tracker.unpack):
+        kept = forward()   # held until the count is read: autograd frees what no output needs
+        counted = tracker.live
+    del kept
+    return counted
+
+
 def measure(step, *, model: nn.Module | None = None, optimizer=None, caches=(),
             encoders: dict | None = None) -> LedgerRecord:
     """Run ``step()`` once and return its ledger.

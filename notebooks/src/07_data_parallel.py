@@ -176,7 +176,9 @@ for opt in lesson.EQUIVALENCE_OPTIMIZERS:
                  "rank 1 after DDP()": eq[1][opt]["checksum_after_broadcast"],
                  "max |Δθ| fp32": max(max(r[opt]["max_abs_diff"]) for r in eq),
                  "max |Δθ| fp64": max(max(r[opt]["max_abs_diff"]) for r in eq64),
-                 "bitwise equal steps": sum(eq[0][opt]["bitwise_equal"])})
+                 "bitwise equal steps": sum(eq[0][opt]["bitwise_equal"]),
+                 "ranks' final θ identical": all(len({r[opt]["final_params_sha256"] for r in run}) == 1
+                                                  for run in (eq, eq64))})
 show_table(rows)
 eps = {"fp32": torch.finfo(torch.float32).eps, "fp64": torch.finfo(torch.float64).eps}
 gap_in_eps = {(prec, opt): max(max(r[opt]["max_abs_diff"]) for r in run) / (eps[prec] * run[0][opt]["param_scale"])
@@ -207,6 +209,12 @@ print("max |Δθ| in units of ε·max|θ| (ε: the dtype's machine epsilon): "
 # A different update (a missing average, a stale gradient) would leave a gap that does not shrink
 # with precision. The evidence asserts that, SGD-momentum's gap under 2 ε·max|θ| ("about one"),
 # and that some step is not bitwise equal.
+#
+# Those gaps are between DDP and a *different* program, the single process. Between the DDP
+# ranks themselves there is no gap at all: every rank applies the same averaged gradient to the
+# same parameters with the same arithmetic, so after the last step their parameters agree to
+# the bit (the table's last column compares a SHA-256 of each rank's final parameters; asserted
+# for both optimizers and both precisions).
 #
 # **Gradient accumulation with `no_sync`.** With k micro-batches per rank, only the last
 # backward needs the all-reduce; the others accumulate locally inside `ddp.no_sync()`. The result
@@ -243,6 +251,9 @@ assert all(gap_in_eps[(prec, "sgd-momentum")] < 2 for prec in ("fp32", "fp64")),
 # not bitwise: some step of some optimizer differs in its last bits
 assert not all(all(eq[0][opt]["bitwise_equal"]) for opt in lesson.EQUIVALENCE_OPTIMIZERS)
 assert fp64_over_fp32 < 1e-6, fp64_over_fp32
+for run in (eq, eq64):   # the copies never drift apart: every rank ends with the same bits
+    for opt in lesson.EQUIVALENCE_OPTIMIZERS:
+        assert len({r[opt]["final_params_sha256"] for r in run}) == 1, opt
 a, b = eq[0]["sgd-momentum"], eq[1]["sgd-momentum"]
 assert a["checksum_before_broadcast"] != b["checksum_before_broadcast"], "ranks must start apart"
 assert b["checksum_after_broadcast"] == a["checksum_before_broadcast"], "DDP broadcasts rank 0"
@@ -255,7 +266,9 @@ for n, c in comm.items():
 
 # %% [markdown]
 # The ring formula predicts every rank count; we can measure 1 and 2 here (the wire check above
-# only means something for n ≥ 2). Measured wire bytes sit at or just above the formula (compare
+# only means something for n ≥ 2). At n = 2 the ring's 2(n−1)/n is 1, and any all-reduce that
+# ends with both ranks holding the sum must send about that much, so the measurement shows that
+# gloo sends no more than a ring would, not that it runs one. Measured wire bytes sit at or just above the formula (compare
 # the table's last two columns): what they add is gloo's message headers and the process group's
 # own bookkeeping, and the assert allows up to 5% for it (the smaller the gradients, the larger
 # that share: the headline's `wire_over_ring_formula` is this run's). On the right, the other side

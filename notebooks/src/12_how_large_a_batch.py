@@ -240,7 +240,10 @@ assert abs(math.log(np.median(estimate_ratios))) < math.log(median_factor)
 # not monotone in the step, so this is B_simple against the loss, not against time); the last
 # probe's value must exceed the lowest by more than `growth_required` while the loss falls more
 # than `loss_fall_required`-fold, and exceed the value at initialisation; and the mechanism: from
-# the lowest probe to the last, |G|² must fall by a larger factor than tr Σ.
+# the lowest probe to the last, |G|² must fall by a larger factor than tr Σ. The growth factor
+# starts from the lowest of several noisy probes, a selection that inflates it; the rank
+# correlation, which uses every probe from there on, is the fairer summary, and the headline
+# records both.
 
 # %%
 low = min(trajectory, key=lambda t: t["b_simple_exact"])
@@ -364,9 +367,11 @@ plt.show()
 
 # %% [markdown]
 # What this run shows, asserted below. (1) The estimator gives a valid answer at every probe
-# (|G|² > 0 and tr Σ > 0 from the window averages). (2) SimCLR at this batch is noise-dominated
-# throughout: B_simple (the ratio of the window's averages, a point estimate) exceeds the training
-# batch at every probe. (2′) A *prediction*, not measured and not asserted: if the paper's model
+# (|G|² > 0 and tr Σ > 0 from the window averages). (2) SimCLR at this batch reads as
+# noise-dominated throughout, by the point estimate: B_simple (the ratio of the window's
+# averages) exceeds the training batch at every probe. The ratio scatters widely (the bars), so
+# a point estimate alone would be a weak reading; the stricter one is asserted too: at every
+# probe even the lowest single-update estimate exceeds the batch (counted below). (2′) A *prediction*, not measured and not asserted: if the paper's model
 # holds with B_crit ≈ B_simple, doubling the groups per step would cut the steps by the factor
 # printed below, (1 + B_simple/B)/(1 + B_simple/2B) at the smallest B_simple of the run. Both
 # premises are untested here: B_crit ≈ B_simple was checked only on the MLP with SGD (claim 3),
@@ -385,6 +390,8 @@ print(f"SimCLR loss {simclr_first['loss']:.2f} → {simclr_last['loss']:.2f} (ch
       f"B_simple {simclr_first['b_simple']:.0f} at initialisation (single updates {simclr_first['b_simple_low']:.0f}–"
       f"{simclr_first['b_simple_high']:.0f}), {simclr_last['b_simple']:.0f} at step {simclr_last['step']}; smallest "
       f"{simclr_min_b_simple:.0f} vs training batch {train_batch}")
+low_end_above = sum(t["b_simple_low"] > train_batch for t in simclr_trajectory)
+print(f"probes whose lowest single-update estimate still exceeds the batch: {low_end_above} of {len(simclr_trajectory)}")
 simclr_doubling = (1 + simclr_min_b_simple / train_batch) / (1 + simclr_min_b_simple / (2 * train_batch))
 print(f"prediction (the paper's model with B_crit = the smallest B_simple; not measured): doubling to "
       f"{2 * cfg.simclr_train_groups} groups of {group} ({2 * train_batch} images) would cut the steps "
@@ -396,6 +403,7 @@ assert all(t["grad_sq"] > 0 and t["trace_cov"] > 0 for t in simclr_trajectory), 
 if SCALE != "ci":
     assert simclr_last["loss"] < simclr_first["loss"], "the SimCLR run must train"
     assert simclr_min_b_simple > train_batch, "SimCLR at this batch must be noise-dominated at every probe"
+    assert low_end_above == len(simclr_trajectory), "... even by the lowest single-update estimate"
     assert simclr_first["b_simple_low"] <= simclr_last["b_simple"] <= simclr_first["b_simple_high"], "growth not resolved at this length"
 
 # %% [markdown]
@@ -617,13 +625,21 @@ rescue_comparisons = {name: compare_paired([math.log(v) for v in values],
                       for name, values in final.items() if name != "best grid LR (reference)"}
 for name, comparison in rescue_comparisons.items():
     print(f"log final loss, {comparison.describe()}")
+chance_loss = math.log(len(train.classes))
+linear_finals = [v for name, values in final.items() if name != "best grid LR (reference)" for v in values]
+at_chance = sum(abs(v - chance_loss) < 0.01 * chance_loss for v in linear_finals)
+print(f"chance (a uniform guess over {len(train.classes)} classes): log {len(train.classes)} = {chance_loss:.2f}; "
+      f"linear-LR runs ending within 1% of it: {at_chance} of {len(linear_finals)}")
 print(f"a linear-LR arm counts as rescued unless its final loss stays above ×{rescue_factor} the reference's on "
       f"every seed, and the paired interval puts it above the reference")
 
 # %% [markdown]
-# On this task warm-up does **not** rescue the linearly scaled LR: the failure is not an early
-# transient but an LR beyond what the loss surface tolerates, and with or without the warm-up the
-# run ends far above the reference. The smaller LR does work, with the same warm-up (the
+# On this task warm-up does **not** rescue the linearly scaled LR: with or without the warm-up the
+# run ends far above the reference. Every linear-LR run ends at the chance level printed above
+# (the loss of a uniform guess over the classes; asserted within 1%): it collapsed to
+# predicting nothing. That the LR
+# is beyond what the loss surface tolerates, rather than a transient a longer warm-up would
+# cure, is our reading, not tested here (the warm-up length is one choice). The smaller LR does work, with the same warm-up (the
 # saturation seen in claim 4). The
 # assert states that: on every seed both linear-LR arms end more than `rescue_factor` times the
 # reference's final loss, and the paired comparison over the seeds (of the log of the final
@@ -641,6 +657,7 @@ if SCALE != "ci":
         assert all(not v < rescue_factor * r for v, r in zip(final[name], reference)), \
             f"{name}: warm-up rescued the linear LR on some seed"
         assert comparison.verdict == f"{name} > reference", comparison.describe()
+    assert at_chance == len(linear_finals), "every linear-LR run ends at chance"
 
 # %% [markdown]
 # **Claim 5b — warm-up below B_crit.** Goyal et al. use warm-up with the linear rule *in its
@@ -778,7 +795,8 @@ assert accumulation_gap < 1e-12
 # 2·S_min, so up to B_crit/b devices of per-device batch b deliver at least half the ideal
 # speed-up, and any number beyond that at most a further factor of 2. In compute: the examples
 # processed are E_min(1 + B/B_crit), so past B_crit each doubling of the devices roughly doubles
-# the examples — compute spent on examples that barely shorten training.
+# the examples — compute spent on examples that barely shorten training (claim 3 asserts it: a
+# doubling above 4·B_crit saves under ×1.3 in steps, so it costs over ×1.5 in examples).
 #
 # **SimCLR's batch has two roles.** In lesson 02 the batch is also the set of *candidates*: each
 # anchor's contrastive task gets harder and its loss better informed as B grows, a property of
@@ -1025,7 +1043,9 @@ assert step_speedup(150.0, 4, 1000) < 1 + 150.0 / 4 + 1e-9, "the speed-up is cap
 # %% [markdown]
 # The measured check: for the largest measured number of devices whose global batch stays
 # within B_crit, the measured step speed-up next to the fitted curve's and the ideal one. The
-# model promises at least half the ideal there, and that is what we assert.
+# model promises at least half the ideal there, and that is what we assert; and beyond it, at
+# most a further factor of 2 however many devices are added (asserted against the fewest steps
+# any measured batch took).
 
 # %%
 b0 = int(B[0])
@@ -1036,10 +1056,15 @@ predicted_speedup = (1 + b_crit / b0) / (1 + b_crit / (n_measured * b0))
 print(f"{n_measured} devices of batch {b0} (global {n_measured * b0} ≤ B_crit {b_crit:.0f}): steps "
       f"÷{measured_speedup:.1f} measured, ÷{predicted_speedup:.1f} predicted, ideal ÷{n_measured}")
 
+further_speedup = S[list(B).index(n_measured * b0)] / S.min()
+print(f"beyond it, the largest measured batch saves a further ÷{further_speedup:.2f} in steps "
+      f"(the model: less than ÷2, approached only as B grows without bound)")
+
 # %%
 # NBVAL_CHECK_OUTPUT
 if SCALE != "ci":  # up to B_crit the model promises at least half the ideal speed-up
     assert measured_speedup >= 0.5 * n_measured, "devices up to B_crit must give half the ideal speed-up"
+    assert further_speedup < 2, "past B_crit at most a further factor of 2"
 
 # %%
 headline(
@@ -1052,6 +1077,8 @@ headline(
     fit_e_min=e_min,
     b_crit=b_crit,
     b_crit_over_b_simple=b_crit / b_simple_target,
+    b_simple_near_target_range=[min(near_target), max(near_target)],   # what B_simple_at_target rests on
+    b_simple_loss_rank_correlation=rank_corr,
     warmup_final_loss=final[f"linear LR, {cfg.warmup_steps // 2}-step warm-up"],
     no_warmup_final_loss=final["linear LR, no warm-up"],
     accumulation_max_gap=accumulation_gap,

@@ -129,7 +129,7 @@ def test_the_planners_gpt_step_keeps_on_cuda_what_its_cpu_plan_books():
     assert planned - gpt_forward_kept("cpu", **shape, softmax_shim=False) == 4 * scores
 
     # sdpa, as the DDP rows plan it: CUDA's flash kernel keeps what the CPU's does, plus its
-    # random-number state (a 2-element and a 0-d uint64 tensor, 24 bytes) in every layer
+    # random-number state its meta kernel declares (a 2-element and a 0-d uint64 tensor, 24 bytes) in every layer
     for layers in (2, 3):
         sdpa = {**shape, "layers": layers, "attention": "sdpa"}
         assert gpt_forward_kept("cuda", **sdpa) - gpt_forward_kept("cpu", **sdpa) == 24 * layers

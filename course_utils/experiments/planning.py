@@ -251,13 +251,18 @@ def gpt_ledger(*, layers: int, hidden: int, heads: int, vocab: int, seq: int, ba
 class _FlashAttentionAsOnGPU(TorchFunctionMode):
     """Send ``F.scaled_dot_product_attention`` to CUDA's flash kernel. Why by hand: a torch
     without a GPU cannot ask the device which fused kernel it supports, so on fake CUDA tensors
-    it falls back to the math path (s² scores kept); flash is what a 16-bit causal run without
-    a mask gets on an Ampere-or-newer GPU."""
+    it falls back to the math path (s² scores kept); flash is one of the fused kernels a GPU
+    may pick for a 16-bit causal run without a mask (which one depends on the GPU and torch).
+    On fake tensors what it keeps is what torch's meta registration of the kernel declares."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
             query, key, value = args[:3]
+            unsupported = set(kwargs) - {"is_causal"} or len(args) > 3
+            if unsupported:   # TinyGPT passes none of them; silently dropping one would mislead
+                raise ValueError("_FlashAttentionAsOnGPU handles q, k, v and is_causal only; got "
+                                 f"{sorted(set(kwargs) - {'is_causal'})} and {len(args)} positional")
             return torch.ops.aten._scaled_dot_product_flash_attention(
                 query, key, value, is_causal=kwargs.get("is_causal", False))[0]
         return func(*args, **kwargs)
@@ -379,8 +384,8 @@ def assumptions(gpt: bool, strategy: str, precision: str, attention: str) -> lis
         said.append(f"precision: CUDA autocast {precision[:4]} (softmax fp32), fp32 state; the "
                     "16-bit weight copies it makes are kept for backward; the loss outside "
                     "autocast on fp32 logits (this forward on fake CUDA tensors under CUDA's rules "
-                    "keeps the same bytes with eager attention, and 24 bytes more per layer with "
-                    "flash: its random-number state)")
+                    "keeps the same bytes with eager attention, and with flash only the "
+                    "random-number state its meta kernel declares, 24 bytes per layer)")
     said.append("not counted: allocator caching and fragmentation, kernel workspaces, "
                 "temporaries freed inside one op, communication buffers"
                 + (", one block's unsharded gradients before their reduce-scatter" if strategy == "fsdp" else ""))

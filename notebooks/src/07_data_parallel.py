@@ -130,7 +130,8 @@ print(f"max |full-batch grad - mean of 2 shard grads| = {identity_gap:.1e}")
 # grows: that is why data parallelism scales in bandwidth. What does grow is latency: the ring
 # takes 2(n−1) steps one after the other, each paying a message start-up α, so with link
 # bandwidth β the time is 2(n−1)α + 2(n−1)/n·P/β. For small P or large n the α term wins (which
-# is why NCCL switches to trees there). The plot in section 4 shows both terms.
+# is why collective libraries offer tree algorithms as well as rings, and NCCL chooses between
+# them by message size and rank count; not measured here). The plot in section 4 shows both terms.
 #
 # **Where the data comes from.** Each rank must see a different shard of the dataset. With a
 # `DataLoader`, that is `DistributedSampler(dataset, num_replicas=n, rank=r)`; call

@@ -243,7 +243,7 @@ assert lr_resumed == straight.series("lr")[half]                # the schedule c
 assert abs(lr_resumed - cfg.lr / 2) < 1e-9 * cfg.lr             # ... half-way down the cosine
 assert lr_fresh == cfg.lr                                       # ... or restarts at its peak
 # same weights, batch and noise: the first loss after loading agrees; the update then differs
-assert weights_only.series("loss")[half] == straight.series("loss")[half] or not exact
+assert abs(weights_only.series("loss")[half] - straight.series("loss")[half]) <= (0 if exact else 1e-6)
 assert wo_gap > 1e-4, "a fresh optimizer and schedule must change the losses that follow"
 assert any(not torch.equal(p, q) for p, q in zip(model_s.parameters(), model_w.parameters()))
 

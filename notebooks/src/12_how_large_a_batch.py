@@ -1057,8 +1057,8 @@ print(f"{n_measured} devices of batch {b0} (global {n_measured * b0} ≤ B_crit 
       f"÷{measured_speedup:.1f} measured, ÷{predicted_speedup:.1f} predicted, ideal ÷{n_measured}")
 
 further_speedup = S[list(B).index(n_measured * b0)] / S.min()
-print(f"beyond it, the largest measured batch saves a further ÷{further_speedup:.2f} in steps "
-      f"(the model: less than ÷2, approached only as B grows without bound)")
+print(f"beyond it, the fastest measured batch (B = {int(B[np.argmin(S)])}) saves a further "
+      f"÷{further_speedup:.2f} in steps (the model: less than ÷2, approached only as B grows without bound)")
 
 # %%
 # NBVAL_CHECK_OUTPUT

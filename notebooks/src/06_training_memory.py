@@ -102,7 +102,8 @@ assert gpt2["params"] == min(v for k, v in gpt2.items() if k != "total") == gpt2
 # and gradients 2 bytes), an fp32 master copy that AdamW updates (its moments are created in the
 # master's dtype), gradients copied up to fp32 only for the update, then the master copied back
 # into the model. The 16 is read after the step; during the update the fp32 gradient copies
-# exist too, 4 bytes per parameter more (20 at that moment) until the step frees them. The
+# exist too, 4 bytes per parameter more (20 at that moment, an identity of this code: it makes
+# every fp32 gradient before AdamW runs) until the step frees them. The
 # first table's entries are the dtypes this code chose, read back: identities, not evidence.
 # What is measured is what the master's choice costs, against the arm without it: AdamW
 # stepping the bf16 model directly keeps its moments in bf16, 4 bytes per parameter instead of

@@ -208,7 +208,8 @@ print("max |Δθ| in units of ε·max|θ| (ε: the dtype's machine epsilon): "
 # What tells rounding apart from a different algorithm is not the size but how it scales with
 # precision: **going from fp32 to fp64 shrinks every gap by more than 10⁶**, for both optimizers.
 # A different update (a missing average, a stale gradient) would leave a gap that does not shrink
-# with precision. The evidence asserts that, SGD-momentum's gap under 2 ε·max|θ| ("about one"),
+# with precision: an argument, not an arm run here (no deliberately wrong DDP is trained). The
+# evidence asserts the shrinking, SGD-momentum's gap under 2 ε·max|θ| ("about one"),
 # and that some step is not bitwise equal.
 #
 # Those gaps are between DDP and a *different* program, the single process. Between the DDP

@@ -94,8 +94,8 @@ def ddp_equivalence(rank: int, world_size: int, cfg: dict | None = None) -> dict
 
     Ranks start from *different* seeds: DDP's constructor broadcasts rank 0's parameters, so the
     copies agree before step 1. Returns, per optimizer, max |θ_DDP − θ_single| after each step
-    and a SHA-256 of this rank's final parameters (equal on every rank iff the copies never
-    drifted apart, to the bit).
+    and a SHA-256 of this rank's final parameters (equal on every rank when the copies end the
+    run bit-identical).
     """
     c = settings(cfg, DEFAULTS)
     device, dtype = worker_device(), getattr(torch, c.dtype)

@@ -204,7 +204,7 @@ print(comparison)
 # ## 4 · The evidence
 #
 # **Claim 1.** The predictor matches the measured stored activations byte for byte for every
-# configuration and recomputation mode, and the resident state exactly.
+# configuration swept below and every recomputation mode, and the resident state exactly.
 
 # %%
 sweep = []

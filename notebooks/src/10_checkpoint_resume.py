@@ -124,8 +124,9 @@ print(f"straight run: {cfg.steps} steps, final loss {straight.last('loss'):.4f},
 # `checkpoint.capture_training_state(...)` gathers these into plain tensors, numbers and dicts (NumPy's RNG
 # as a tensor plus ints) so that `torch.load(weights_only=True)` — which refuses to run arbitrary
 # pickled code — can read it back. `checkpoint.save` writes atomically: a temporary file in the same
-# folder, flush + fsync, `os.replace` over the old name, fsync of the folder. A crash at any moment
-# leaves either the old file or the new one, never half of one.
+# folder, flush + fsync, `os.replace` over the old name, fsync of the folder. A save killed while
+# writing (tested below at a quarter of the file) leaves the old file whole and loadable; the
+# fsyncs are for what a process kill cannot show, an OS or power failure, not tested here.
 
 # %% [markdown]
 # ## 3 · Worked example: stop at half time, then resume
@@ -369,8 +370,10 @@ assert list(workdir.glob(".last.pt.*.tmp")), "the killed atomic save leaves its 
 # %% [markdown]
 # **Claim 5.** Early stopping on a validation metric: evaluate every few steps, stop when the
 # validation accuracy has not improved for `patience` evaluations, and keep the best weights.
-# Every evaluation counts, the one `EvalEvery` adds when training ends included (the last weights
-# can be the best), and the weights kept are the ones that were evaluated. A checkpoint of that
+# Every evaluation counts, and the weights kept are the ones that were evaluated. (`EvalEvery`
+# also evaluates once when training ends off its interval, since the last weights can be the
+# best: `tests/test_train.py::test_final_evaluation_at_train_end_counts_for_early_stopping`
+# checks it; whether this run needs it depends on where it stops.) A checkpoint of that
 # best model is what you would fine-tune from (with `load_weights`).
 
 # %%

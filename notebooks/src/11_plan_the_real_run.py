@@ -6,8 +6,8 @@
 # Every lesson so far measured the ledger of a step that fits on a laptop. The question you bring
 # from a paper, or from work, is about a step that does not: SimCLR's ResNet-50 at batch 4096,
 # MoCo v2 with 65,536 keys on 8 GPUs, MAE's ViT-L, a 7B transformer on 64 GPUs. This lesson
-# measures those steps, here, without the memory or the GPUs, and checks each figure against the
-# one the paper published.
+# measures those steps, here, without the memory or the GPUs, and checks each figure that has a
+# published counterpart against it.
 
 # %%
 # On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.

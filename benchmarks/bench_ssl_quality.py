@@ -102,8 +102,9 @@ def _family(name: str) -> str:
 
 def why_short(rows: dict, name: str) -> str:
     """Why a row did not meet the goal: its seeds' mean, interval and verdict; then, for a mean
-    below the goal, the objective's known limit, else how much of the room above its random-init
-    floor the row used (a floor near 100% leaves little); for a mean above it, what could decide."""
+    below zero, that training made the features worse; for a mean below the goal, the
+    objective's known limit, else how much of the room above its random-init floor the row used
+    (a floor near 100% leaves little); for a mean above it, what could decide."""
     row = rows[name]
     gain, (low, high) = row["linear_gain_points"], row["gain_interval_points"]
     seeds = row["seeds"]
@@ -113,6 +114,12 @@ def why_short(rows: dict, name: str) -> str:
         return text + (f"the mean is above +{GOAL_POINTS} but the interval reaches below it; more "
                        "seeds narrow the interval (t times a standard error that falls as "
                        "1/sqrt(seeds)), and decide the row if its true gain lies clear of the goal")
+    if gain < 0:   # below its own random init: a slow start does not explain that
+        return text + ("the trained encoder probes below its own random-init floor on average: "
+                       "training made its features worse for a linear probe. For an objective "
+                       "without negatives that is the signature of (partial) collapse, which "
+                       "lesson 13 demonstrates; this benchmark does not measure collapse, so the "
+                       "cause is a reading, not a measurement")
     if name in KNOWN_LIMITS:
         return text + KNOWN_LIMITS[name]
     floor = 100 * sum(r["floor_linear"] for r in seeds.values()) / len(seeds)

@@ -118,6 +118,20 @@ def test_committed_ssl_quality_verdicts_follow_from_its_runs():
     assert again["datasets"] == stored["datasets"]
 
 
+def test_ssl_quality_says_why_a_row_fell_short_by_where_its_mean_lies():
+    """A mean below zero (features made worse) is not explained by a slow start; a mean between 0
+    and the goal cites the objective's known limit; a mean above the goal asks for seeds."""
+    bench = load("bench_ssl_quality")
+
+    def row(gains):
+        return bench.summarise_row({s: {"linear_gain_points": g} for s, g in enumerate(gains)}, 512)
+    rows = {"simsiam": row([-19.5, -17.4, -4.1]), "mae": row([9.0, 11.0, 10.0]),
+            "moco": row([20.9, 33.6, 37.1])}
+    assert "worse" in bench.why_short(rows, "simsiam") and "start slowly" not in bench.why_short(rows, "simsiam")
+    assert bench.KNOWN_LIMITS["mae"] in bench.why_short(rows, "mae")
+    assert "more seeds" in bench.why_short(rows, "moco")
+
+
 def test_fake_ledger_benchmark_quick():
     result = load("bench_fake_ledger").run(quick=True)
     assert all(result["summary"]["goals_met"].values()), result["summary"]

@@ -707,7 +707,7 @@ for _p, _target in ((8, 0.05), (1, 0.0), (2, 0.5), (7, 0.4), (4, 0.15), (4, 0.3)
 # (no cap on held micro-batches) on p stages and m ≥ 2p micro-batches, with an even `backward`
 # split into B_input = W = `backward // 2` (the simulator's split) and W ≤ F (ZB-H1's
 # condition). Outside that range the answer changes: with an odd backward W = B_input + 1 and
-# the idle time cannot fall below the (p − 1)F floor of section 3, and with W > F or m close to p
+# the idle time cannot fall below the (p − 1)F floor of section 5, and with W > F or m close to p
 # the schedule has too little W, or too few slots, to fill the ramp.
 # Work it out from the busy time each device has and the idle time section 3 measured for the
 # zero-bubble schedule; do not call the simulator. The check simulates your `task.stages` stages

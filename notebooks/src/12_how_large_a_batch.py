@@ -737,8 +737,7 @@ print(f"the probe run (B = {cfg.probe_batch}, LR {cfg.probe_lr}; the sweep's bes
 # LR, and the probe run of section 3, at its own LR, rose above the target again too (printed above).
 # So on this task, below B_crit, warm-up was not needed for the linearly scaled LR to reach the
 # target; whether it improves the end of training is left open at this number of seeds. Past
-# B_crit (claim 5) the failure comes from an LR too large for the whole run, which a warm-up
-# does not cure. These are measurements, not a rule: Goyal et al. found warm-up necessary for
+# B_crit (claim 5) a warm-up of the length tried did not rescue the linear LR. These are measurements, not a rule: Goyal et al. found warm-up necessary for
 # ResNet-50 with BatchNorm at 8k images a batch and an LR 32× the base, a regime this small MLP
 # on 8×8 digits does not reach.
 

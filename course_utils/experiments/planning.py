@@ -259,10 +259,10 @@ class _FlashAttentionAsOnGPU(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
             query, key, value = args[:3]
-            unsupported = set(kwargs) - {"is_causal"} or len(args) > 3
-            if unsupported:   # TinyGPT passes none of them; silently dropping one would mislead
+            extra = sorted(set(kwargs) - {"is_causal"})
+            if extra or len(args) > 3:   # TinyGPT passes none; silently dropping one would mislead
                 raise ValueError("_FlashAttentionAsOnGPU handles q, k, v and is_causal only; got "
-                                 f"{sorted(set(kwargs) - {'is_causal'})} and {len(args)} positional")
+                                 f"{extra} and {len(args)} positional")
             return torch.ops.aten._scaled_dot_product_flash_attention(
                 query, key, value, is_causal=kwargs.get("is_causal", False))[0]
         return func(*args, **kwargs)

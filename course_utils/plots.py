@@ -8,7 +8,6 @@ from typing import Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from torchvision.utils import make_grid
 
 from . import checks, memory
 from .memory import PRECISIONS
@@ -25,6 +24,9 @@ def image_grid(images, *, nrow: int = 8, pad: int = 1, pad_value: float = 1.0) -
     one (rows·(H+pad)+pad)×(nrow·(W+pad)+pad)×3 array for ``imshow``: clipped to [0, 1], one-channel
     images as gray RGB, height-width-channel order as matplotlib wants."""
     checks.positive_int(nrow, "nrow")
+    # imported here: torchvision's import pulls in torch._dynamo (about 1.5 s of CPU), which the
+    # lessons that tile no image, and every process that imports the kit's plots, need not pay
+    from torchvision.utils import make_grid
     grid = make_grid(_as_images(images), nrow=nrow, padding=pad, pad_value=pad_value)
     return grid.clamp(0, 1).permute(1, 2, 0).numpy()
 

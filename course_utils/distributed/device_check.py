@@ -31,7 +31,10 @@ or memory of a GPU.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -69,16 +72,38 @@ def _born(t) -> bool:
     return _where(t) == HOST
 
 
+def _tensors_in(obj, found: list) -> list:
+    """Append the tensors in ``obj`` (a tensor, or lists, tuples and dicts of them, at any depth:
+    what torch functions take and return; return types such as ``torch.max``'s are tuples) to
+    ``found``. By hand, not torch.utils._pytree.tree_leaves: this runs for every op a checked
+    lesson makes, and the general pytree walk doubled a lesson's time."""
+    if isinstance(obj, torch.Tensor):
+        found.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            if isinstance(item, torch.Tensor):
+                found.append(item)
+            elif isinstance(item, (list, tuple, dict)):
+                _tensors_in(item, found)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            _tensors_in(item, found)
+    return found
+
+
 def _mark(obj, where) -> None:
-    for t in tree_leaves(obj):
-        if isinstance(t, torch.Tensor):
-            try:
-                if where is not None:
-                    setattr(t, MARK, where)
-                elif MARK in t.__dict__:
-                    delattr(t, MARK)
-            except (AttributeError, RuntimeError):  # some C++ tensors take no attributes
-                pass
+    if isinstance(obj, torch.Tensor):   # most ops: one tensor, often already marked so (in-place)
+        if getattr(obj, MARK, None) == where:
+            return
+        obj = (obj,)
+    for t in _tensors_in(obj, []):
+        try:
+            if where is not None:
+                setattr(t, MARK, where)
+            elif MARK in t.__dict__:
+                delattr(t, MARK)
+        except (AttributeError, RuntimeError):  # some C++ tensors take no attributes
+            pass
 
 
 # The device objects that mean "the device" though they are the CPU here: a rank's
@@ -134,13 +159,19 @@ class HostTracker(TorchFunctionMode):
         elif name.startswith("new_"):
             _mark(out, _where(args[0]))
         else:
-            inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-            host = [t for t in inputs if _born(t)]
-            on_device = any(_where(t) == DEVICE for t in inputs)
-            big = [t for t in host if t.dim() > 0]   # a 0-d CPU tensor is a scalar to CUDA ops
-            if big and on_device and name not in MIXING_ALLOWED:
+            host = on_device = False
+            big = None   # the first host tensor of more than 0-d (0-d is a scalar to CUDA ops)
+            for t in _tensors_in(args, _tensors_in(kwargs, []) if kwargs else []):
+                side = getattr(t, MARK, None)
+                if side == DEVICE:
+                    on_device = True
+                elif side == HOST:
+                    host = True
+                    if big is None and t.dim() > 0:
+                        big = t
+            if big is not None and on_device and name not in MIXING_ALLOWED:
                 raise PlacementError(
-                    f"{name} mixes a host tensor of shape {tuple(big[0].shape)} with device "
+                    f"{name} mixes a host tensor of shape {tuple(big.shape)} with device "
                     "tensors: on CUDA this raises. Create it with device=... (the lesson's "
                     "device, or worker_device() in a rank) or move it with .to(device)")
             if on_device:
@@ -243,16 +274,47 @@ def _install() -> None:
         ddp_init(self, module, *args, **kwargs)
     DDP.__init__ = ddp
 
-    try:
-        from torch.distributed.pipelining import stage
-    except ImportError:  # pragma: no cover
-        return
+    stage = sys.modules.get(_STAGE_MODULE)
+    if stage is not None:
+        _check_pipeline_stages(stage)
+    else:
+        sys.meta_path.insert(0, _AfterImport(_STAGE_MODULE, _check_pipeline_stages))
+
+
+_STAGE_MODULE = "torch.distributed.pipelining.stage"
+
+
+def _check_pipeline_stages(stage) -> None:
     stage_init = stage.PipelineStage.__init__
 
     def pipeline_stage(self, submodule, *args, **kwargs):
         check_on_device(list(submodule.parameters()), "PipelineStage")
         stage_init(self, submodule, *args, **kwargs)
     stage.PipelineStage.__init__ = pipeline_stage
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``patch(module)`` right after module ``name`` is first imported, then steps aside.
+    Why not import it at once: torch.distributed.pipelining costs about 1 s of CPU to import (it
+    loads torch._dynamo), which every checked kernel would pay, most for a lesson without a
+    pipeline."""
+
+    def __init__(self, name: str, patch):
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None and spec.loader is not None:
+            load, patch = spec.loader.exec_module, self.patch
+
+            def exec_module(module):
+                load(module)
+                patch(module)
+            spec.loader.exec_module = exec_module
+        return spec
 
 
 def host_tensor_example(rank: int, world_size: int) -> float:

@@ -124,6 +124,25 @@ def _one_thread_worker() -> None:
     torch.set_num_threads(1)
 
 
+def _backward_runs() -> bool:
+    x = torch.ones(1, requires_grad=True)
+    try:
+        (2 * x).sum().backward()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _autograd_survives_fork() -> bool:
+    """Whether a process forked from this one can run backward. Once autograd has started its
+    device threads here (a backward on fake tensors does, as the ledger's ``fake=True`` makes),
+    torch refuses backward in every forked child ("Unable to handle autograd's threading in
+    combination with fork-based multiprocessing"). torch exposes no flag for it, so a forked
+    child tries one backward (a few tens of milliseconds)."""
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        return pool.apply(_backward_runs)
+
+
 def _run(fn, key):
     try:
         return fn(key)
@@ -156,7 +175,9 @@ def map_runs(fn, keys, *, device=None, workers: int | None = None, desc: str | N
     on Linux sees one thread wherever it runs, so its numbers are the same under ``make test``,
     ``make course`` and a lesson run alone. On a GPU (``device`` CUDA), or off Linux (fork is not
     safe with macOS's system libraries, and Windows has none), the runs happen here, one after the
-    other: CUDA does not survive fork, and one GPU is busy with one run's kernels anyway.
+    other: CUDA does not survive fork, and one GPU is busy with one run's kernels anyway. Where
+    autograd cannot run in a forked child (after a backward on fake tensors in this process) the
+    runs happen here too, one thread each, and it says so.
     """
     global _FORKED_FN
     keys = list(keys)
@@ -164,10 +185,18 @@ def map_runs(fn, keys, *, device=None, workers: int | None = None, desc: str | N
     on_gpu = device is not None and torch.device(device).type != "cpu"
     # fork is safe with torch's CPU libraries on Linux; macOS's system libraries are not fork-safe
     forkable = sys.platform.startswith("linux")
+    fork = workers > 1 and not on_gpu and forkable
+    outer_threads = torch.get_num_threads()
+    if fork and not _autograd_survives_fork():
+        fork = False
+        torch.set_num_threads(1)   # as a forked worker would have run each
+        print("map_runs: autograd cannot run in a process forked from this one (a backward on "
+              "fake tensors started its threads), so the runs happen here, one after the other, "
+              "one thread each")
     bar = tqdm(total=len(keys), desc=desc or "runs")
     results = {}
     try:
-        if workers == 1 or on_gpu or not forkable:
+        if not fork:
             for key in keys:
                 results[key] = _run(fn, key)
                 bar.update()
@@ -182,5 +211,7 @@ def map_runs(fn, keys, *, device=None, workers: int | None = None, desc: str | N
             finally:
                 _FORKED_FN = outer
     finally:
+        if torch.get_num_threads() != outer_threads:
+            torch.set_num_threads(outer_threads)
         bar.close()
     return {key: results[key] for key in keys}

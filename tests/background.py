@@ -37,12 +37,19 @@ _PROCESSES: list[subprocess.Popen] = []
 TIMES: dict[str, float] = {}  # module name -> seconds its run took (the suite's summary shows them)
 
 
-# seconds a file takes at ci scale (a fresh-clone run's --durations), for xdist's order: the files
-# that take longest start first; unlisted files are quick
-WEIGHT = {"05_compute_budget": 40, "02_simclr": 30, "10_checkpoint_resume": 30, "03_moco": 25,
-          "04_mae": 20, "11_plan_the_real_run": 20, "13_no_negatives": 15, "test_browser": 35,
-          "test_benchmarks": 45, "test_planner": 35, "test_fake_paper_scale": 25,
-          "test_fake_world": 25, "test_student_editions": 15}
+# seconds a file takes at ci scale (its items' durations in a `make test --durations=0` run on 2
+# idle cores, 2026-12-05), for xdist's order: the files that take longest start first, so that
+# neither worker is left with a long one at the end; unlisted files take under 3 s
+WEIGHT = {"test_planner": 49, "test_browser": 23, "11_plan_the_real_run": 22,
+          "test_fake_paper_scale": 19, "05_compute_budget": 18, "test_llama": 18,
+          "10_checkpoint_resume": 17, "test_fake_world": 16, "07_data_parallel": 16,
+          "test_benchmarks": 14, "03_moco": 11, "02_simclr": 11, "13_no_negatives": 10,
+          "12_how_large_a_batch": 9, "test_run_course": 9, "08_sharding": 9,
+          "09_pipeline_tensor_parallel": 8, "test_gpu_budget": 8, "test_distributed_launch": 8,
+          "04_mae": 7, "test_student_editions": 7, "test_device_placement": 7,
+          "06_training_memory": 6, "test_fake_ledger": 6, "01_resource_ledger": 5, "test_site": 5,
+          "00_tour": 5, "test_simsiam": 4, "test_distributed_device": 4, "test_docs": 4,
+          "test_distributed_pipeline": 4, "test_memory": 3}
 
 
 def under_xdist() -> bool:

@@ -1,8 +1,15 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from course_utils.runtime import describe_device, map_runs, setup
 from course_utils.scales import config, resolve_scale
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_config_picks_preset_and_env(monkeypatch):
@@ -120,3 +127,29 @@ def test_runs_may_map_runs_of_their_own():
         inner = map_runs(lambda s: s * 10, [seed, seed + 1], workers=2)
         return sum(inner.values())
     assert map_runs(outer, [1, 2, 3], workers=1) == {1: 30, 2: 50, 3: 70}
+
+
+def test_after_a_fake_backward_the_runs_happen_here_with_the_same_results():
+    """A backward on fake tensors starts autograd's device threads, after which torch refuses
+    backward in every forked child; map_runs then runs the keys in this process, one thread each,
+    and says so. In a fresh process, so that this one keeps forking."""
+    script = (
+        "import torch\n"
+        "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+        "from course_utils.runtime import map_runs\n"
+        "from test_scales_runtime import _train_a_little\n"
+        "torch.set_num_threads(2)\n"
+        "before = map_runs(_train_a_little, [1, 2], workers=2)\n"
+        "with FakeTensorMode():\n"
+        "    x = torch.randn(4, 4, requires_grad=True)\n"
+        "    (2 * x).sum().backward()\n"
+        "after = map_runs(_train_a_little, [1, 2], workers=2)\n"
+        "assert all(after[k]['loss'] == before[k]['loss'] and after[k]['threads'] == 1 for k in (1, 2))\n"
+        "assert torch.get_num_threads() == 2\n"
+        "print('same results')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "runs happen here, one after the other, one thread each" in done.stdout
+    assert "same results" in done.stdout

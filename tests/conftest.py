@@ -11,9 +11,9 @@ import pytest
 
 import background
 
-# jsonschema (under nbformat, nbclient and otter) imports rfc3987_syntax, when installed, only to
-# check the "iri" string format that no notebook schema uses; building its grammar costs each
-# process of the suite ~1.7 s of CPU (tools/grade_stages.py skips it in graded kernels the same way)
+# jsonschema imports rfc3987_syntax only to check the "iri" string format; `make test` keeps every
+# process from building its grammar (tools/kernel_site/rfc3987_syntax.py); this does it for a
+# pytest started by hand, for the imports after this file
 sys.modules.setdefault("rfc3987_syntax", None)
 matplotlib.use("Agg")
 os.environ.setdefault("COURSE_SCALE", "ci")

@@ -24,8 +24,8 @@ def image_grid(images, *, nrow: int = 8, pad: int = 1, pad_value: float = 1.0) -
     one (rows·(H+pad)+pad)×(nrow·(W+pad)+pad)×3 array for ``imshow``: clipped to [0, 1], one-channel
     images as gray RGB, height-width-channel order as matplotlib wants."""
     checks.positive_int(nrow, "nrow")
-    # imported here: torchvision's import pulls in torch._dynamo (about 1.5 s of CPU), which the
-    # lessons that tile no image, and every process that imports the kit's plots, need not pay
+    # imported here: torchvision's import loads torch._dynamo (about 1.5 s of CPU), which a process
+    # that tiles no image and builds no optimizer (torch.optim loads it at the first) need not pay
     from torchvision.utils import make_grid
     grid = make_grid(_as_images(images), nrow=nrow, padding=pad, pad_value=pad_value)
     return grid.clamp(0, 1).permute(1, 2, 0).numpy()

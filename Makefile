@@ -29,7 +29,7 @@ site: $(STAMP)
 ## skipped and why, e.g. the browser test without Chromium)
 ## (PYTHONPATH=tools/kernel_site: no process of the suite builds rfc3987_syntax's grammar, see there)
 test: $(STAMP)
-	PYTHONPATH=$(CURDIR)/tools/kernel_site COURSE_SCALE=ci COURSE_CHECK_PLACEMENT=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -rs --nbval-lax --nbval-current-env -p no:cacheprovider --ignore=notebooks/student -n 2 --dist loadfile --no-loadscope-reorder tests notebooks
+	PYTHONPATH=$(CURDIR)/tools/kernel_site$${PYTHONPATH:+:$$PYTHONPATH} COURSE_SCALE=ci COURSE_CHECK_PLACEMENT=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -rs --nbval-lax --nbval-current-env -p no:cacheprovider --ignore=notebooks/student -n 2 --dist loadfile --no-loadscope-reorder tests notebooks
 
 ## make lab: JupyterLab on your own copies of the student editions, in my-work/ (made once, never
 ## overwritten: git pull stays clean; `python tools/lab.py --refresh 02` takes one lesson afresh)

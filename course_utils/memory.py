@@ -209,8 +209,8 @@ def cuda_autocast_logit_bytes(seq: int, batch: int, vocab: int) -> int:
     tensor (4 in all). Found on an H200, byte for byte at two shapes, with and without full
     recomputation (benchmarks/gpu_runs/2026-12-04_h200_run1.json), then derived on a CPU: the
     same forward on fake CUDA tensors under CUDA's autocast rules (``ledger.autocast_rules``)
-    keeps exactly this much more (tests/test_memory.py). A step that casts the logits to fp32 before the loss, as
-    the planner's ``gpt_loss`` and TorchTitan do, keeps none of it."""
+    keeps exactly this much more (tests/test_memory.py). A step that casts the logits to fp32
+    before the loss, as the planner's ``gpt_loss`` and TorchTitan do, keeps none of it."""
     return 2 * seq * batch * vocab
 
 

@@ -139,7 +139,7 @@ def _autograd_survives_fork() -> bool:
     torch refuses backward in every forked child ("Unable to handle autograd's threading in
     combination with fork-based multiprocessing"). torch exposes no flag for it, so a forked
     child tries one backward (a few tens of milliseconds)."""
-    with multiprocessing.get_context("fork").Pool(1) as pool:
+    with multiprocessing.get_context("fork").Pool(1, initializer=_one_thread_worker) as pool:
         return pool.apply(_backward_runs)
 
 
@@ -186,16 +186,18 @@ def map_runs(fn, keys, *, device=None, workers: int | None = None, desc: str | N
     # fork is safe with torch's CPU libraries on Linux; macOS's system libraries are not fork-safe
     forkable = sys.platform.startswith("linux")
     fork = workers > 1 and not on_gpu and forkable
-    outer_threads = torch.get_num_threads()
-    if fork and not _autograd_survives_fork():
+    one_thread_here = fork and not _autograd_survives_fork()
+    if one_thread_here:
         fork = False
-        torch.set_num_threads(1)   # as a forked worker would have run each
         print("map_runs: autograd cannot run in a process forked from this one (a backward on "
               "fake tensors started its threads), so the runs happen here, one after the other, "
               "one thread each")
+    outer_threads = torch.get_num_threads()
     bar = tqdm(total=len(keys), desc=desc or "runs")
     results = {}
     try:
+        if one_thread_here:
+            torch.set_num_threads(1)   # as a forked worker would have run each
         if not fork:
             for key in keys:
                 results[key] = _run(fn, key)
@@ -211,7 +213,7 @@ def map_runs(fn, keys, *, device=None, workers: int | None = None, desc: str | N
             finally:
                 _FORKED_FN = outer
     finally:
-        if torch.get_num_threads() != outer_threads:
+        if one_thread_here:
             torch.set_num_threads(outer_threads)
         bar.close()
     return {key: results[key] for key in keys}

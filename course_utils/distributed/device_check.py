@@ -161,7 +161,10 @@ class HostTracker(TorchFunctionMode):
         else:
             host = on_device = False
             big = None   # the first host tensor of more than 0-d (0-d is a scalar to CUDA ops)
-            for t in _tensors_in(args, _tensors_in(kwargs, []) if kwargs else []):
+            inputs = _tensors_in(args, [])
+            if kwargs:
+                _tensors_in(kwargs, inputs)
+            for t in inputs:
                 side = getattr(t, MARK, None)
                 if side == DEVICE:
                     on_device = True

@@ -124,7 +124,7 @@ def resnet50_encoder(stride_in: str = "3x3") -> nn.Module:
     sometimes called v1.5) or "1x1", its first 1x1 convolution, as He et al. (2016) built it;
     the same parameters, fewer FLOPs (the 3x3 convolution then runs at the lower resolution)."""
     checks.choice(stride_in, "stride_in", ("3x3", "1x1"))
-    # imported here: torchvision's import costs about 1.5 s of CPU (see plots.image_grid)
+    # imported here: torchvision's import loads torch._dynamo (see plots.image_grid)
     from torchvision.models import resnet50
     model = resnet50(weights=None)
     if stride_in == "1x1":

@@ -21,7 +21,9 @@ The trust boundary (a programming-contest judge's: the checker never runs contes
                          function, answers calls with plain data
     sandbox, trusted     stage 2: the instructor's copy of the notebook, the value answers bound
                          as rebuilt plain data, each function answer bound as a stub that calls
-                         its sandbox; runs the zip's tests; results through a pipe
+                         its sandbox; runs the zip's tests; results through a pipe. One scorer
+                         process per worker, started once, forks a child per submission
+                         (:class:`Scorer`); the answers reach it in the job message
     grader, trusted      keeps the scores of the zip's questions only, clamped to their points
 
 Names and points come from the autograder zip. Any failure while grading one submission
@@ -40,7 +42,9 @@ import hashlib
 import importlib.util
 import json
 import os
+import queue
 import re
+import socket
 import sys
 import tempfile
 import threading
@@ -55,7 +59,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import plain  # noqa: E402
 import sandbox  # noqa: E402
-from grade_stages import check_answers, declared_answers, receive, send  # noqa: E402
+from grade_stages import (MAX_FUNCTION_ANSWERS, check_answers, declared_answers,  # noqa: E402
+                          receive, send)
 
 STATUS_OK, STATUS_TIMEOUT, STATUS_ERROR = "ok", "timeout", "error"
 TOOLS = Path(__file__).resolve().parent
@@ -221,29 +226,114 @@ def _notebook_in_zip(data: bytes) -> bytes:
     return out
 
 
-def _prepare(text: bytes, autograder: Path, tmp: Path) -> tuple[Path, Path, dict[str, str], str]:
-    """Lay out what the sandboxes read: the submission in ``tmp/submission/`` (stage 1 sees only
-    that), the lesson and the tests in ``tmp/trusted/`` (stage 2 only). Returns (submission
-    notebook, lesson, declared answers: name -> "value" | "function", assignment name)."""
-    trusted, mine = tmp / "trusted", tmp / "submission"
+@dataclass(frozen=True)
+class TrustedLesson:
+    """What stage 2 reads, laid out once per grading run from the autograder zip: the student
+    edition tools/assign.py wrote next to the zip, and the zip's tests."""
+    lesson: Path                 # <folder>/lesson.ipynb
+    tests: Path                  # <folder>/tests/
+    declared: dict[str, str]     # answer name -> "value" | "function"
+    assignment: str
+
+    @classmethod
+    def lay_out(cls, autograder: Path, folder: Path) -> "TrustedLesson":
+        with zipfile.ZipFile(autograder) as z:
+            config = json.loads(z.read("otter_config.json"))
+            (folder / "tests").mkdir(parents=True)
+            extract_tests(z, folder / "tests")
+        name = config["assignment_name"]
+        lesson = autograder.resolve().parent / "student" / f"{name}.ipynb"
+        if not lesson.is_file():
+            raise ValueError(f"{lesson} is missing: grading runs the student edition that "
+                             "tools/assign.py writes next to the autograder zip")
+        copy = folder / "lesson.ipynb"
+        copy.write_bytes(lesson.read_bytes())
+        declared: dict[str, str] = {}
+        for cell in json.loads(copy.read_text())["cells"]:
+            if "otter_answer_cell" in cell["metadata"].get("tags", []):
+                declared.update(declared_answers("".join(cell["source"])))
+        if sum(kind == "function" for kind in declared.values()) > MAX_FUNCTION_ANSWERS:
+            raise ValueError(f"{name} has more than {MAX_FUNCTION_ANSWERS} function answers")
+        return cls(copy, folder / "tests", declared, name)
+
+
+class Scorer:
+    """Stage 2's sandboxed process (tools/grade_stages.py ``scorer``) for one grading worker:
+    started once, it imports torch, otter and the kit, then scores each submission in a child
+    forked from itself. A process per submission paid those imports every time (~3.5 s of CPU,
+    most of stage 2 on a small lesson). Its sandbox sees the trusted lesson and the kit, never a
+    submission's files: a submission's answers arrive as plain data in the job message.
+
+    A scorer that does not answer within a job's time (or has died) is killed; the next job
+    starts a fresh one."""
+
+    def __init__(self, trusted: TrustedLesson, *, scale: str, limits: sandbox.Limits):
+        self.trusted, self.scale, self.limits = trusted, scale, limits
+        self._running: sandbox.Running | None = None
+        self._socket: socket.socket | None = None
+        self.start()
+
+    def start(self) -> None:
+        """Start the scorer now (its imports overlap the first submission's stage 1)."""
+        if self._running is not None:
+            return
+        package, readonly, env = kit_paths()
+        env.update(COURSE_SCALE=self.scale)
+        ours, theirs = socket.socketpair()
+        try:
+            self._running = sandbox.start(
+                [sys.executable, str(STAGES), "scorer", str(self.trusted.lesson),
+                 str(self.trusted.tests), str(theirs.fileno())], self.trusted.lesson.parent / "scratch",
+                readonly=readonly + [TOOLS, self.trusted.lesson.parent],
+                hidden=[package / "practice_data"], env=env, limits=self.limits,
+                pass_fds=(theirs.fileno(),))
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._socket = ours
+
+    def score(self, answers: dict, channels: dict[str, tuple[int, int]], student: str, *,
+              result_w: int, output_w: int, timeout: float) -> int | None:
+        """Score one submission's checked ``answers``; the exit status of its scoring child, or
+        None past ``timeout`` seconds. Results go to ``result_w``, the child's output to
+        ``output_w`` (both are the caller's to close). Raises RuntimeError if the scorer died."""
+        self.start()
+        deadline = time.monotonic() + timeout
+        names = list(channels)
+        fds = [result_w, output_w] + [fd for name in names for fd in channels[name]]
+        try:
+            socket.send_fds(self._socket, [b"j"], fds)
+            send(self._socket.fileno(), {"student": student, "answers": answers,
+                                         "channels": names})
+            return int(json.loads(receive(self._socket.fileno(), deadline))["returncode"])
+        except TimeoutError:
+            self.close(wait=0)
+            return None
+        except (OSError, EOFError, ValueError, KeyError, TypeError):
+            output = self.close(wait=0)
+            raise RuntimeError("the scoring process ended before it answered:\n"
+                               + output[-3000:]) from None
+
+    def close(self, wait: float = 5.0) -> str:
+        """Stop the scorer: closing its socket ends it once idle; past ``wait`` seconds it is
+        killed, with any job it runs. Returns its own output."""
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+        if self._running is None:
+            return ""
+        running, self._running = self._running, None
+        return running.wait(timeout=wait).output
+
+
+def _submission_folder(text: bytes, tmp: Path) -> Path:
+    """The submission in ``tmp/submission/`` (stage 1 sees only that folder)."""
+    mine = tmp / "submission"
     mine.mkdir()
-    with zipfile.ZipFile(autograder) as z:
-        config = json.loads(z.read("otter_config.json"))
-        (trusted / "tests").mkdir(parents=True)
-        extract_tests(z, trusted / "tests")
-    name = config["assignment_name"]
-    lesson = autograder.resolve().parent / "student" / f"{name}.ipynb"
-    if not lesson.is_file():
-        raise ValueError(f"{lesson} is missing: grading runs the student edition that "
-                         "tools/assign.py writes next to the autograder zip")
     (mine / "submission.ipynb").write_bytes(text)  # parsed in the sandbox, not here
-    lesson_copy = trusted / "lesson.ipynb"
-    lesson_copy.write_bytes(lesson.read_bytes())
-    declared: dict[str, str] = {}
-    for cell in json.loads(lesson_copy.read_text())["cells"]:
-        if "otter_answer_cell" in cell["metadata"].get("tags", []):
-            declared.update(declared_answers("".join(cell["source"])))
-    return mine / "submission.ipynb", lesson_copy, declared, name
+    return mine / "submission.ipynb"
 
 
 # --------------------------------------------------------------------------- the trust boundary
@@ -271,18 +361,32 @@ class _Collect(threading.Thread):
 
 def run_one(submission: Path, autograder: Path, *, timeout: float, scale: str,
             keep: Path | None = None, limits: sandbox.Limits = sandbox.Limits(),
-            student: str | None = None, points: dict[str, float] | None = None) -> dict:
+            student: str | None = None, points: dict[str, float] | None = None,
+            scorer: Scorer | None = None) -> dict:
     """Grade one submission (every sandbox of it within ``timeout`` seconds); return status,
     scores (question -> (score, points) for the zip's questions), feedback and raw results.
     ``student`` (default: the ID the file name stands for) is the ID the exercise variants are
-    drawn for. Raises nothing for a bad submission: that is an ``error`` result."""
+    drawn for. ``scorer``: a running stage 2 for this zip (grade_folder shares one per worker);
+    by default one is started for this submission alone. Raises nothing for a bad submission:
+    that is an ``error`` result."""
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     points = questions(Path(autograder)) if points is None else points
+    if scorer is None:
+        with tempfile.TemporaryDirectory(prefix="grade_lesson_") as folder:
+            own = Scorer(TrustedLesson.lay_out(Path(autograder), Path(folder) / "trusted"),
+                         scale=scale, limits=limits)
+            try:
+                return run_one(submission, autograder, timeout=timeout, scale=scale, keep=keep,
+                               limits=limits, student=student, points=points, scorer=own)
+            finally:
+                own.close()
+    if scorer.scale != scale:
+        raise ValueError(f"the scorer grades at scale {scorer.scale!r}, not {scale!r}")
     try:
         student = student_id(Path(submission).stem) if student is None else student_id(student)
-        return _grade(Path(submission), Path(autograder), timeout=timeout, scale=scale, keep=keep,
-                      limits=limits, student=student, points=points)
+        return _grade(Path(submission), scorer, timeout=timeout, keep=keep, limits=limits,
+                      student=student, points=points)
     except NotGraded as err:
         return failed(STATUS_ERROR, f"not graded: {err}", points)
 
@@ -294,12 +398,12 @@ def failed(status: str, why: str, points: dict[str, float], log: str = "") -> di
             "feedback": f"{why}\n\n{plain.printable_text(log)}".rstrip() + "\n"}
 
 
-def _grade(submission: Path, autograder: Path, *, timeout: float, scale: str, keep: Path | None,
+def _grade(submission: Path, scorer: Scorer, *, timeout: float, keep: Path | None,
            limits: sandbox.Limits, student: str, points: dict[str, float]) -> dict:
     deadline = time.monotonic() + timeout
+    trusted = scorer.trusted
     package, readonly, env = kit_paths()
-    readonly.append(TOOLS)
-    env.update(COURSE_SCALE=scale, COURSE_STUDENT_ID=student)
+    env.update(COURSE_SCALE=scorer.scale, COURSE_STUDENT_ID=student)
     kernel_env = dict(env, PYTHONPATH=os.pathsep.join([str(KERNEL_SITE), env["PYTHONPATH"]]))
     python = sys.executable
     practice = package / "practice_data"  # the lessons' solutions: not for graded runs
@@ -312,15 +416,17 @@ def _grade(submission: Path, autograder: Path, *, timeout: float, scale: str, ke
 
     with tempfile.TemporaryDirectory(prefix="grade_") as tmp:
         tmp = Path(tmp)
-        nb, lesson, declared, assignment = _prepare(read_submission(submission), autograder, tmp)
+        nb = _submission_folder(read_submission(submission), tmp)
 
         # stage 1: the student's notebook; what it hands back comes through a pipe
         read_end, write_end = os.pipe()
         collect = _Collect(read_end, MAX_STAGE1_BYTES, deadline)
         try:
-            first = sandbox.run([python, str(STAGES), "execute", str(nb), json.dumps(list(declared)),
-                                 str(write_end), assignment], tmp / "stage1", readonly=readonly + [nb.parent],
-                                hidden=[practice], env=kernel_env, limits=limits, pass_fds=(write_end,),
+            first = sandbox.run([python, str(STAGES), "execute", str(nb),
+                                 json.dumps(list(trusted.declared)), str(write_end),
+                                 trusted.assignment], tmp / "stage1",
+                                readonly=readonly + [TOOLS, nb.parent], hidden=[practice],
+                                env=kernel_env, limits=limits, pass_fds=(write_end,),
                                 timeout=left())
         finally:
             os.close(write_end)
@@ -343,10 +449,7 @@ def _grade(submission: Path, autograder: Path, *, timeout: float, scale: str, ke
         if keep is not None:
             Path(keep).mkdir(parents=True, exist_ok=True)
             (Path(keep) / "executed.ipynb").write_text(executed, errors="backslashreplace")
-        values, functions, notes = check_answers(claim, declared)
-        (tmp / "answers").mkdir()
-        (tmp / "answers" / "answers.json").write_text(
-            json.dumps({"values": values, "notes": notes}, allow_nan=False))
+        values, functions, notes = check_answers(claim, trusted.declared)
 
         # one sandbox per function answer, without the kit, talking plain data over two pipes
         servers, channels, theirs = [], {}, []
@@ -361,7 +464,7 @@ def _grade(submission: Path, autograder: Path, *, timeout: float, scale: str, ke
                     servers.append(sandbox.start(
                         [python, str(STAGES), "serve", str(folder / "bundle.json"), name,
                          str(calls_r), str(replies_w)], tmp / "serve" / name,
-                        readonly=[p for p in readonly if p != package] + [folder],
+                        readonly=[p for p in readonly if p != package] + [TOOLS, folder],
                         hidden=[package], env={"COURSE_STUDENT_ID": student}, limits=limits,
                         pass_fds=(calls_r, replies_w)))
                 finally:
@@ -370,20 +473,17 @@ def _grade(submission: Path, autograder: Path, *, timeout: float, scale: str, ke
                 channels[name] = (calls_w, replies_r)
                 theirs += [calls_w, replies_r]
 
-            # stage 2: trusted code only; results through a pipe
+            # stage 2: trusted code only, in the scorer; results and output through pipes
             result_r, result_w = os.pipe()
+            output_r, output_w = os.pipe()
             collect = _Collect(result_r, MAX_RESULT_BYTES, deadline)
+            output = sandbox.Tail(output_r)
             try:
-                second = sandbox.run([python, str(STAGES), "score", str(lesson),
-                                      str(tmp / "answers" / "answers.json"),
-                                      str(lesson.parent / "tests"), str(result_w),
-                                      json.dumps(channels)],
-                                     tmp / "stage2", readonly=readonly + [lesson.parent,
-                                                                          tmp / "answers"],
-                                     hidden=[practice], env=env, limits=limits,
-                                     pass_fds=(result_w, *theirs), timeout=left())
+                returncode = scorer.score({"values": values, "notes": notes}, channels, student,
+                                          result_w=result_w, output_w=output_w, timeout=left())
             finally:
                 os.close(result_w)
+                os.close(output_w)
                 for fd in theirs:
                     os.close(fd)
                 theirs = []
@@ -393,14 +493,15 @@ def _grade(submission: Path, autograder: Path, *, timeout: float, scale: str, ke
             for server in servers:
                 server.kill()
         collect.join(timeout=30)
-        if second.returncode is None:
+        output.join(timeout=30)
+        if returncode is None:
             return timed_out()
         try:
             raw = plain.parse_json(collect.data or b"")
             scores, tests = results_of(raw, points)
         except (plain.NotPlainData, KeyError, TypeError, ValueError):
             return failed(STATUS_ERROR, "scoring did not produce results "
-                          f"(exit status {second.returncode})", points, second.output)
+                          f"(exit status {returncode})", points, output.text())
         raw = {"tests": tests}
         if keep is not None:
             (Path(keep) / "results.json").write_text(json.dumps(raw, indent=1),
@@ -533,14 +634,20 @@ def grade_folder(autograder: Path, folder: Path, out: Path, *, timeout: float = 
         raise ValueError(f"another tools/grade.py is writing to {out}: wait for it or choose "
                          "another --out") from None
     sheet = ScoreSheet(out / "scores.csv", points)
+    scorers: queue.SimpleQueue[Scorer] = queue.SimpleQueue()  # one per worker thread
 
     def grade(sub: Submission) -> None:
         slug = _slug(sub)
         try:
             if sub.problem:
                 raise NotGraded(sub.problem)
-            r = run_one(sub.path, autograder, timeout=timeout, scale=scale, limits=limits,
-                        keep=out / "results" / slug, student=sub.student, points=points)
+            scorer = scorers.get()
+            try:
+                r = run_one(sub.path, autograder, timeout=timeout, scale=scale, limits=limits,
+                            keep=out / "results" / slug, student=sub.student, points=points,
+                            scorer=scorer)
+            finally:
+                scorers.put(scorer)
         except NotGraded as err:
             r = failed(STATUS_ERROR, f"not graded: {err}", points)
         except Exception as err:  # a grader bug or a resource failure: this row only
@@ -553,8 +660,18 @@ def grade_folder(autograder: Path, folder: Path, out: Path, *, timeout: float = 
         print(f"{sub.name}: {r['status']}, {total:g} / {sum(points.values()):g}"
               + (f" ({r['reason']})" if r.get("reason") else ""), flush=True)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        list(pool.map(grade, found))
+    with tempfile.TemporaryDirectory(prefix="grade_lesson_") as folder:
+        trusted = TrustedLesson.lay_out(autograder, Path(folder) / "trusted")
+        started = [Scorer(trusted, scale=scale, limits=limits)
+                   for _ in range(min(jobs, sum(not s.problem for s in found)))]
+        try:
+            for scorer in started:
+                scorers.put(scorer)
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                list(pool.map(grade, found))
+        finally:
+            for scorer in started:
+                scorer.close()
     sheet.finish()
     lock.close()
     print(f"wrote {out / 'scores.csv'}")

@@ -12,13 +12,14 @@ of its own (tools/sandbox.py). Only plain data (tools/plain.py) passes between t
         answers calls: reads ``{"args", "kwargs"}`` (plain data) from IN_FD, writes
         ``{"ok": <plain result>}`` or ``{"error": "..."}`` to OUT_FD. See :func:`serve`.
 
-    python grade_stages.py score LESSON.ipynb ANSWERS.json TESTS_DIR RESULT_FD CHANNELS_JSON
-        Stage 2 (trusted: no student code runs here). Runs the instructor's student edition of
-        the lesson, binds the student's *value* answers (plain data, rebuilt by tools/plain.py)
-        where the answer cells are, binds each *function* answer as a :class:`FunctionAnswer`
-        that sends its arguments to that question's ``serve`` process and decodes what comes
-        back, runs otter's test files and writes ``{"tests": [{name, score, max_score, output}]}``
-        to RESULT_FD.
+    python grade_stages.py scorer LESSON.ipynb TESTS_DIR SOCKET_FD
+        Stage 2 (trusted: no student code runs here), one process per grading worker, reused
+        across submissions (see :func:`scorer`). For each job it forks a child that runs the
+        instructor's student edition of the lesson, binds the student's *value* answers (plain
+        data, rebuilt by tools/plain.py) where the answer cells are, binds each *function* answer
+        as a :class:`FunctionAnswer` that sends its arguments to that question's ``serve``
+        process and decodes what comes back, runs otter's test files and writes
+        ``{"tests": [{name, score, max_score, output}]}`` to the job's result pipe.
 
 answers (stage 1's claim, checked by tools/grade.py against the declared answer kinds)::
 
@@ -31,9 +32,12 @@ answers (stage 1's claim, checked by tools/grade.py against the declared answer 
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import os
 import select
+import shutil
+import socket
 import struct
 import sys
 import textwrap
@@ -51,6 +55,7 @@ sys.modules.setdefault("rfc3987_syntax", None)
 
 MAX_EXECUTED_BYTES = 64 * 2**20
 MAX_MESSAGE_BYTES = 64 * 2**20       # one call's arguments or result
+MAX_FUNCTION_ANSWERS = 64            # function answers of one lesson (descriptors in a job)
 CALL_SECONDS = 120.0                 # one call of a student's function
 SKIP_MARKERS = ("grader.check(", "otter.Notebook(")  # otter's own cells in the student edition
 KIT = "course_utils"
@@ -475,13 +480,14 @@ def run_lesson(lesson: str, values: dict, functions: dict[str, FunctionAnswer],
     return ns
 
 
-def score(lesson: str, answers_path: str, tests_dir: str, result_fd: str,
-          channels_json: str) -> None:
-    channel = int(result_fd)
-    os.set_inheritable(channel, False)
-    answers = json.loads(Path(answers_path).read_text())
+def score(lesson: str, answers: dict, tests_dir: str, result_fd: int,
+          channels: dict[str, tuple[int, int]]) -> None:
+    """Score one submission's ``answers`` (values and notes, as tools/grade.py checked them) in
+    this process; write the results to ``result_fd``. ``channels``: function answer name ->
+    (calls fd, replies fd) of its ``serve`` sandbox."""
+    os.set_inheritable(result_fd, False)
     notes = list(answers.get("notes", []))
-    functions = {name: FunctionAnswer(name, *fds) for name, fds in json.loads(channels_json).items()}
+    functions = {name: FunctionAnswer(name, *fds) for name, fds in channels.items()}
     from otter.test_files import GradingResults, OKTestFile
 
     ns = run_lesson(lesson, answers.get("values", {}), functions, notes)
@@ -495,10 +501,89 @@ def score(lesson: str, answers_path: str, tests_dir: str, result_fd: str,
     tests = [{"name": "Public Tests", "output": prefix + results.summary(public_only=True)}]
     tests += [{"name": tf.name, "score": tf.score, "max_score": tf.possible,
                "output": prefix + tf.summary()} for tf in test_files]
-    send(channel, {"tests": tests})
-    os.close(channel)
+    send(result_fd, {"tests": tests})
+    os.close(result_fd)
+
+
+# imported once by the scorer before it forks: every scoring child needs them, and a fresh
+# process paid ~3.5 s of CPU for them per submission (torch ~1.7 s, otter ~0.7 s). torch._dynamo
+# too: the first optimizer a lesson builds imports it (torch wraps Optimizer.add_param_group in
+# torch._disable_dynamo), ~1-1.5 s more
+WARM_MODULES = ("nbformat", "otter.test_files", "IPython.core.interactiveshell", "torch",
+                "torch._dynamo", "course_utils.exercises")
+
+
+def scorer(lesson: str, tests_dir: str, socket_fd: str) -> None:
+    """Stage 2's process: import :data:`WARM_MODULES` once, then score one job at a time, each in
+    a child forked from this still-untouched process, until the grader closes the socket.
+
+    Why a fork server and not a process per submission: the imports above were most of stage 2's
+    cost on a small lesson. Why it is safe: only trusted code runs here and in the children (the
+    instructor's lesson and tests); a submission reaches them as a job message of plain data and
+    as pipes to its function answers' sandboxes, never as files; each child starts from this
+    process as it was before any job (a fork), in its own working and temporary folder, removed
+    after it, so no submission's scoring sees another's.
+
+    A job is one byte carrying descriptors (``socket.send_fds``: result pipe, output pipe, then
+    each function answer's calls and replies pipes, in the order of ``channels``), then one
+    framed JSON message ``{"student", "answers", "channels"}``. The reply, once the child has
+    ended, is ``{"returncode": <exit status>}``."""
+    import importlib
+    for name in WARM_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a kit without torch (or the kit hidden): the child imports it
+            pass
+    sock = socket.socket(fileno=int(socket_fd))
+    for job_number in itertools.count():
+        message, fds, _, _ = socket.recv_fds(sock, 1, 4 + 2 * MAX_FUNCTION_ANSWERS)
+        if not message:
+            return  # the grader is done
+        try:
+            job = json.loads(receive(sock.fileno(), time.monotonic() + 60))
+            folder = Path.cwd() / f"job{job_number}"
+            (folder / "tmp").mkdir(parents=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                sock.close()
+                _score_job(job, fds, folder, lesson, tests_dir)  # never returns
+        finally:
+            for fd in fds:
+                os.close(fd)
+        _, status = os.waitpid(pid, 0)
+        shutil.rmtree(folder, ignore_errors=True)
+        send(sock.fileno(), {"returncode": os.waitstatus_to_exitcode(status)})
+
+
+def _score_job(job: dict, fds: list[int], folder: Path, lesson: str, tests_dir: str) -> None:
+    """The forked child of :func:`scorer`: one job, then ``os._exit``."""
+    code = 1
+    try:
+        result_fd, output_fd, *pipes = fds
+        for fd in pipes:  # a process the lesson starts inherits none of them
+            os.set_inheritable(fd, False)
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
+        os.environ["COURSE_STUDENT_ID"] = job["student"]
+        os.environ["TMPDIR"] = str(folder / "tmp")
+        import tempfile
+        tempfile.tempdir = None  # the next call reads TMPDIR again
+        os.chdir(folder)
+        channels = {name: (pipes[2 * i], pipes[2 * i + 1])
+                    for i, name in enumerate(job["channels"])}
+        score(lesson, job["answers"], tests_dir, result_fd, channels)
+        code = 0
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":
     stage, *args = sys.argv[1:]
-    {"execute": execute, "serve": serve, "score": score}[stage](*args)
+    {"execute": execute, "serve": serve, "scorer": scorer}[stage](*args)

@@ -299,7 +299,7 @@ def clean_environment(home: Path, extra: dict[str, str]) -> dict[str, str]:
 class Running:
     """A sandboxed command started by :func:`start`; :meth:`wait` ends it."""
 
-    def __init__(self, proc: subprocess.Popen, output: "_Tail", isolated: bool):
+    def __init__(self, proc: subprocess.Popen, output: "Tail", isolated: bool):
         self.proc, self._output, self.isolated = proc, output, isolated
 
     def wait(self, timeout: float) -> Outcome:
@@ -322,7 +322,7 @@ class Running:
         self.proc.wait()
 
 
-class _Tail(threading.Thread):
+class Tail(threading.Thread):
     """Drains a pipe, keeping its last ``OUTPUT_CHARS`` bytes: a command printing without end
     costs the grader neither memory nor disk."""
 
@@ -386,7 +386,7 @@ def start(argv: list[str], scratch: Path, *, readonly: list[Path] = (), hidden: 
         os.close(write_end)
         if seccomp_fd is not None:
             os.close(seccomp_fd)
-    return Running(proc, _Tail(read_end), isolated)
+    return Running(proc, Tail(read_end), isolated)
 
 
 def run(argv: list[str], scratch: Path, *, readonly: list[Path] = (), hidden: list[Path] = (),

@@ -1,0 +1,101 @@
+"""Stage 2's scorer (tools/grade.py ``Scorer``): one process per grading worker, one forked child
+per submission. What the class run in tests/test_grading_sandbox.py cannot see from its scores: each
+child starts from the scorer as it was before any job (no state, file or temporary file of one
+submission's scoring reaches the next), with that submission's student ID, and a job past its time
+is killed with its scorer, the next job starting a fresh one."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import grade  # noqa: E402
+import sandbox  # noqa: E402
+
+LESSON_CELLS = [
+    ("import os, sys, tempfile\n"
+     "sys.jobs_seen = getattr(sys, 'jobs_seen', 0) + 1  # 1 in every child of a fresh fork\n"
+     "folder_before = sorted(os.listdir('.'))\n"
+     "open('left_behind', 'w').write('by an earlier job?')\n"
+     "temporary = tempfile.mkstemp()[1]\n"
+     "started = open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[19]\n"
+     "print('scorer', f'{os.getppid()}@{started}', 'child', os.getpid(), 'student',"
+     " os.environ['COURSE_STUDENT_ID'])", []),
+    ("answer = ...", ["otter_answer_cell"]),
+    ("import time\n"
+     "if answer == 'hang':\n"
+     "    time.sleep(600)", []),
+]
+CHECKS = [">>> sys.jobs_seen\n1\n", ">>> folder_before\n['tmp']\n",
+          ">>> temporary.startswith(os.path.join(os.getcwd(), 'tmp'))\nTrue\n",
+          ">>> answer\n42\n"]
+
+
+def trusted_lesson(folder: Path) -> grade.TrustedLesson:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source, metadata={"tags": tags})
+                for source, tags in LESSON_CELLS]
+    (folder / "tests").mkdir(parents=True)
+    nbformat.write(nb, folder / "lesson.ipynb")
+    test = {"name": "q1", "points": 1, "suites": [{
+        "cases": [{"code": code, "hidden": False, "locked": False} for code in CHECKS],
+        "scored": True, "setup": "", "teardown": "", "type": "doctest"}]}
+    (folder / "tests" / "q1.py").write_text(f"OK_FORMAT = True\n\ntest = {test!r}\n")
+    return grade.TrustedLesson(folder / "lesson.ipynb", folder / "tests", {"answer": "value"},
+                               "scorer_test")
+
+
+def job(scorer: grade.Scorer, answer, student: str, timeout: float = 60):
+    """(exit status or None, results or None, printed output) of one job."""
+    result_r, result_w = os.pipe()
+    output_r, output_w = os.pipe()
+    collect = grade._Collect(result_r, grade.MAX_RESULT_BYTES, time.monotonic() + 120)
+    output = sandbox.Tail(output_r)
+    try:
+        code = scorer.score({"values": {"answer": answer}, "notes": []}, {}, student,
+                            result_w=result_w, output_w=output_w, timeout=timeout)
+    finally:
+        os.close(result_w)
+        os.close(output_w)
+    collect.join(30)
+    output.join(30)
+    results = json.loads(collect.data) if collect.data else None
+    return code, results, output.text()
+
+
+def pids(printed: str) -> tuple[str, int, str]:
+    """(the scorer as PID@start time, the child's PID, the student ID) a job printed."""
+    line = next(ln for ln in printed.splitlines() if ln.startswith("scorer "))
+    _, scorer, _, child, _, student = line.split()
+    return scorer, int(child), student
+
+
+def test_each_submission_is_scored_in_a_fresh_child_and_a_hung_one_costs_its_scorer(tmp_path):
+    scorer = grade.Scorer(trusted_lesson(tmp_path / "trusted"), scale="ci",
+                          limits=sandbox.Limits(scratch_bytes=64 * 2**20))
+    try:
+        first, second = job(scorer, 42, "ada"), job(scorer, 42, "linus")
+        for code, results, printed in (first, second):
+            assert code == 0, printed[-3000:]
+            q1 = next(t for t in results["tests"] if t["name"] == "q1")
+            assert q1["score"] == 1, q1["output"]  # state, folder and temporary file: fresh
+        (scorer1, child1, who1), (scorer2, child2, who2) = pids(first[2]), pids(second[2])
+        assert scorer1 == scorer2 and child1 != child2  # one scorer, a child per job
+        assert (who1, who2) == ("ada", "linus")
+
+        code, results, _ = job(scorer, "hang", "mallory", timeout=3)
+        assert code is None and results is None  # past its time: killed, no result
+
+        code, results, printed = job(scorer, 41, "bob")  # a fresh scorer takes the next job
+        assert code == 0, printed[-3000:]
+        q1 = next(t for t in results["tests"] if t["name"] == "q1")
+        assert q1["score"] == 0.75, q1["output"]  # fresh again; only the wrong answer fails
+        assert pids(printed)[0] != scorer1
+    finally:
+        scorer.close()

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -22,6 +23,15 @@ LESSON_CELLS = [
     ("import os, sys, tempfile\n"
      "sys.jobs_seen = getattr(sys, 'jobs_seen', 0) + 1  # 1 in every child of a fresh fork\n"
      "folder_before = sorted(os.listdir('.'))\n"
+     "isolated = os.getcwd().startswith('/grade/')  # in bwrap: the sandbox's scratch\n"
+     "marks = ['/tmp/left_by_a_job', '/dev/shm/left_by_a_job'] if isolated else []\n"
+     "left_by_earlier = [m for m in marks if os.path.exists(m)] + [\n"
+     "    pid for pid in os.listdir('/proc') if pid.isdigit()\n"
+     "    and open(f'/proc/{pid}/cmdline', 'rb').read() == b'sleep\\x003601\\x00']\n"
+     "for m in marks:\n"
+     "    open(m, 'w').write('x')\n"
+     "import subprocess  # outside the job's session in a sandbox: only the sweep ends it\n"
+     "subprocess.Popen(['sleep', '3601'], start_new_session=isolated)\n"
      "open('left_behind', 'w').write('by an earlier job?')\n"
      "temporary = tempfile.mkstemp()[1]\n"
      "started = open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[19]\n"
@@ -32,8 +42,10 @@ LESSON_CELLS = [
      "if answer == 'hang':\n"
      "    time.sleep(600)", []),
 ]
-CHECKS = [">>> sys.jobs_seen\n1\n", ">>> folder_before\n['tmp']\n",
+CHECKS = [">>> sys.jobs_seen\n1\n", ">>> folder_before\n['home', 'tmp']\n",
           ">>> temporary.startswith(os.path.join(os.getcwd(), 'tmp'))\nTrue\n",
+          ">>> os.environ['HOME'] == os.path.join(os.getcwd(), 'home')\nTrue\n",
+          ">>> left_by_earlier\n[]\n",
           ">>> answer\n42\n"]
 
 
@@ -76,7 +88,15 @@ def pids(printed: str) -> tuple[str, int, str]:
     return scorer, int(child), student
 
 
-def test_each_submission_is_scored_in_a_fresh_child_and_a_hung_one_costs_its_scorer(tmp_path):
+@pytest.mark.parametrize("isolated", [True, False], ids=["sandboxed", "unsafe-no-sandbox"])
+def test_each_submission_is_scored_in_a_fresh_child_and_a_hung_one_costs_its_scorer(
+        isolated, tmp_path, monkeypatch):
+    """Without bwrap the scorer cannot clean /tmp or sweep a PID namespace (it has none): only
+    its job's session is killed, which is where the lesson's process is started there."""
+    if isolated and sandbox.bwrap() is None:
+        pytest.skip("bubblewrap (bwrap) missing or unusable")
+    if not isolated:
+        monkeypatch.setattr(sandbox, "bwrap", lambda: None)
     scorer = grade.Scorer(trusted_lesson(tmp_path / "trusted"), scale="ci",
                           limits=sandbox.Limits(scratch_bytes=64 * 2**20))
     try:
@@ -84,18 +104,21 @@ def test_each_submission_is_scored_in_a_fresh_child_and_a_hung_one_costs_its_sco
         for code, results, printed in (first, second):
             assert code == 0, printed[-3000:]
             q1 = next(t for t in results["tests"] if t["name"] == "q1")
-            assert q1["score"] == 1, q1["output"]  # state, folder and temporary file: fresh
+            assert q1["score"] == pytest.approx(1), q1["output"]  # state, folder and temporary file: fresh
         (scorer1, child1, who1), (scorer2, child2, who2) = pids(first[2]), pids(second[2])
         assert scorer1 == scorer2 and child1 != child2  # one scorer, a child per job
         assert (who1, who2) == ("ada", "linus")
 
+        began = time.monotonic()
         code, results, _ = job(scorer, "hang", "mallory", timeout=3)
         assert code is None and results is None  # past its time: killed, no result
+        assert time.monotonic() - began < 20  # killed at its time, not when the sleep ends
 
         code, results, printed = job(scorer, 41, "bob")  # a fresh scorer takes the next job
         assert code == 0, printed[-3000:]
         q1 = next(t for t in results["tests"] if t["name"] == "q1")
-        assert q1["score"] == 0.75, q1["output"]  # fresh again; only the wrong answer fails
+        assert q1["score"] == pytest.approx(1 - 1 / len(CHECKS)), q1["output"]  # fresh again;
+        # only the wrong answer fails
         assert pids(printed)[0] != scorer1
     finally:
         scorer.close()

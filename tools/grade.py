@@ -44,6 +44,7 @@ import json
 import os
 import queue
 import re
+import signal
 import socket
 import sys
 import tempfile
@@ -60,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import plain  # noqa: E402
 import sandbox  # noqa: E402
 from grade_stages import (MAX_FUNCTION_ANSWERS, check_answers, declared_answers,  # noqa: E402
-                          receive, send)
+                          frame, receive)
 
 STATUS_OK, STATUS_TIMEOUT, STATUS_ERROR = "ok", "timeout", "error"
 TOOLS = Path(__file__).resolve().parent
@@ -262,10 +263,11 @@ class Scorer:
     started once, it imports torch, otter and the kit, then scores each submission in a child
     forked from itself. A process per submission paid those imports every time (~3.5 s of CPU,
     most of stage 2 on a small lesson). Its sandbox sees the trusted lesson and the kit, never a
-    submission's files: a submission's answers arrive as plain data in the job message.
+    submission's files: a submission's answers arrive as plain data in the job message. Between
+    jobs it kills what a job left running and empties its folders (see ``scorer``).
 
-    A scorer that does not answer within a job's time (or has died) is killed; the next job
-    starts a fresh one."""
+    A scorer that does not answer within a job's time, or has died, is killed and a fresh one is
+    started at once, so that the next submission does not wait for its imports."""
 
     def __init__(self, trusted: TrustedLesson, *, scale: str, limits: sandbox.Limits):
         self.trusted, self.scale, self.limits = trusted, scale, limits
@@ -274,17 +276,22 @@ class Scorer:
         self.start()
 
     def start(self) -> None:
-        """Start the scorer now (its imports overlap the first submission's stage 1)."""
-        if self._running is not None:
+        """Start the scorer unless one is running (its imports overlap a stage 1)."""
+        if self._running is not None and self._running.proc.poll() is None:
             return
+        self.close(wait=0)
         package, readonly, env = kit_paths()
         env.update(COURSE_SCALE=self.scale)
+        isolated = sandbox.bwrap() is not None
+        # without bwrap its scratch is a folder on this disk: one of its own, so that no two
+        # scorers (--jobs, or one started after a kill) share a working folder
+        scratch = Path(tempfile.mkdtemp(prefix="scorer_", dir=self.trusted.lesson.parent))
         ours, theirs = socket.socketpair()
         try:
             self._running = sandbox.start(
                 [sys.executable, str(STAGES), "scorer", str(self.trusted.lesson),
-                 str(self.trusted.tests), str(theirs.fileno())], self.trusted.lesson.parent / "scratch",
-                readonly=readonly + [TOOLS, self.trusted.lesson.parent],
+                 str(self.trusted.tests), str(theirs.fileno()), "isolated" if isolated else ""],
+                scratch, readonly=readonly + [TOOLS, self.trusted.lesson.parent],
                 hidden=[package / "practice_data"], env=env, limits=self.limits,
                 pass_fds=(theirs.fileno(),))
         except BaseException:
@@ -298,23 +305,46 @@ class Scorer:
               result_w: int, output_w: int, timeout: float) -> int | None:
         """Score one submission's checked ``answers``; the exit status of its scoring child, or
         None past ``timeout`` seconds. Results go to ``result_w``, the child's output to
-        ``output_w`` (both are the caller's to close). Raises RuntimeError if the scorer died."""
-        self.start()
+        ``output_w`` (both are the caller's to close). Raises RuntimeError if the scorer died
+        during the job (it is restarted for the next)."""
         deadline = time.monotonic() + timeout
         names = list(channels)
         fds = [result_w, output_w] + [fd for name in names for fd in channels[name]]
+        job = frame({"student": student, "answers": answers, "channels": names})
+        child = None
         try:
-            socket.send_fds(self._socket, [b"j"], fds)
-            send(self._socket.fileno(), {"student": student, "answers": answers,
-                                         "channels": names})
+            for attempt in (1, 2):  # a scorer found dead before the job went out: once more
+                self.start()
+                self._socket.settimeout(max(deadline - time.monotonic(), 0.01))
+                try:
+                    socket.send_fds(self._socket, [b"j"], fds)
+                except (BrokenPipeError, ConnectionResetError):
+                    if attempt == 2:
+                        raise
+                    self.close(wait=0)
+                    continue
+                self._socket.sendall(job)
+                break
+            self._socket.settimeout(None)
+            child = int(json.loads(receive(self._socket.fileno(), deadline))["started"])
             return int(json.loads(receive(self._socket.fileno(), deadline))["returncode"])
         except TimeoutError:
+            if child is not None and not self._running.isolated:
+                try:  # its own session, out of reach of the scorer's kill (in bwrap, the
+                    os.killpg(child, signal.SIGKILL)  # PID namespace ends with the scorer)
+                except (ProcessLookupError, PermissionError):
+                    pass
             self.close(wait=0)
+            self.start()
             return None
         except (OSError, EOFError, ValueError, KeyError, TypeError):
             output = self.close(wait=0)
+            self.start()
             raise RuntimeError("the scoring process ended before it answered:\n"
                                + output[-3000:]) from None
+        except BaseException:  # the reply is still owed: this scorer cannot take another job
+            self.close(wait=0)
+            raise
 
     def close(self, wait: float = 5.0) -> str:
         """Stop the scorer: closing its socket ends it once idle; past ``wait`` seconds it is
@@ -368,7 +398,8 @@ def run_one(submission: Path, autograder: Path, *, timeout: float, scale: str,
     ``student`` (default: the ID the file name stands for) is the ID the exercise variants are
     drawn for. ``scorer``: a running stage 2 for this zip (grade_folder shares one per worker);
     by default one is started for this submission alone. Raises nothing for a bad submission:
-    that is an ``error`` result."""
+    that is an ``error`` result (a failure of the grader's own, such as a scorer that died,
+    raises; grade_folder makes it that submission's ``error`` row)."""
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     points = questions(Path(autograder)) if points is None else points
@@ -623,14 +654,21 @@ def grade_folder(autograder: Path, folder: Path, out: Path, *, timeout: float = 
                              "pass --unsafe-no-sandbox.")
         bar = "!" * 78
         print(f"{bar}\n{missing}\n{bar}", file=sys.stderr)
-    (out / "feedback").mkdir(parents=True, exist_ok=True)
-    (out / "results").mkdir(parents=True, exist_ok=True)
+    work = tempfile.TemporaryDirectory(prefix="grade_lesson_")
+    try:  # a zip without its student edition stops here, before any output is written
+        trusted = TrustedLesson.lay_out(autograder, Path(work.name) / "trusted")
+        (out / "feedback").mkdir(parents=True, exist_ok=True)
+        (out / "results").mkdir(parents=True, exist_ok=True)
+    except BaseException:
+        work.cleanup()
+        raise
     import fcntl
     lock = open(out / ".grading.lock", "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.close()
+        work.cleanup()
         raise ValueError(f"another tools/grade.py is writing to {out}: wait for it or choose "
                          "another --out") from None
     sheet = ScoreSheet(out / "scores.csv", points)
@@ -660,20 +698,19 @@ def grade_folder(autograder: Path, folder: Path, out: Path, *, timeout: float = 
         print(f"{sub.name}: {r['status']}, {total:g} / {sum(points.values()):g}"
               + (f" ({r['reason']})" if r.get("reason") else ""), flush=True)
 
-    with tempfile.TemporaryDirectory(prefix="grade_lesson_") as folder:
-        trusted = TrustedLesson.lay_out(autograder, Path(folder) / "trusted")
-        started = [Scorer(trusted, scale=scale, limits=limits)
-                   for _ in range(min(jobs, sum(not s.problem for s in found)))]
-        try:
-            for scorer in started:
-                scorers.put(scorer)
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                list(pool.map(grade, found))
-        finally:
-            for scorer in started:
-                scorer.close()
-    sheet.finish()
-    lock.close()
+    started: list[Scorer] = []
+    try:
+        for _ in range(min(jobs, sum(not s.problem for s in found))):
+            started.append(Scorer(trusted, scale=scale, limits=limits))
+            scorers.put(started[-1])
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(grade, found))
+    finally:
+        for scorer in started:
+            scorer.close()
+        work.cleanup()
+        sheet.finish()
+        lock.close()
     print(f"wrote {out / 'scores.csv'}")
     return out / "scores.csv"
 

@@ -32,7 +32,6 @@ answers (stage 1's claim, checked by tools/grade.py against the declared answer 
 from __future__ import annotations
 
 import ast
-import itertools
 import json
 import os
 import select
@@ -63,10 +62,15 @@ KIT = "course_utils"
 
 # --------------------------------------------------------------------------- framing
 
-def send(fd: int, obj) -> None:
+def frame(obj) -> bytes:
     """One message: 8-byte length, then JSON (no NaN literals: plain data spells them)."""
     body = json.dumps(obj, allow_nan=False).encode("utf-8", "backslashreplace")
-    data = struct.pack(">Q", len(body)) + body
+    return struct.pack(">Q", len(body)) + body
+
+
+def send(fd: int, obj) -> None:
+    """Write one :func:`frame` of ``obj`` to ``fd``."""
+    data = frame(obj)
     while data:
         data = data[os.write(fd, data):]
 
@@ -173,6 +177,19 @@ def _not_dumpable() -> None:
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
     except (OSError, AttributeError):  # not Linux: the sandbox is not available there either
         pass
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this process when its parent dies (``PR_SET_PDEATHSIG``)."""
+    import ctypes
+    import signal
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() != parent:  # it died before the call
+        os._exit(1)
 
 
 def execute(submission: str, names_json: str, out_fd: str, assignment: str = "") -> None:
@@ -513,36 +530,43 @@ WARM_MODULES = ("nbformat", "otter.test_files", "IPython.core.interactiveshell",
                 "torch._dynamo", "course_utils.exercises")
 
 
-def scorer(lesson: str, tests_dir: str, socket_fd: str) -> None:
+def scorer(lesson: str, tests_dir: str, socket_fd: str, isolated: str = "") -> None:
     """Stage 2's process: import :data:`WARM_MODULES` once, then score one job at a time, each in
-    a child forked from this still-untouched process, until the grader closes the socket.
+    a child forked from this process, until the grader closes the socket.
 
     Why a fork server and not a process per submission: the imports above were most of stage 2's
     cost on a small lesson. Why it is safe: only trusted code runs here and in the children (the
     instructor's lesson and tests); a submission reaches them as a job message of plain data and
-    as pipes to its function answers' sandboxes, never as files; each child starts from this
-    process as it was before any job (a fork), in its own working and temporary folder, removed
-    after it, so no submission's scoring sees another's.
+    as pipes to its function answers' sandboxes, never as files. Each child starts from this
+    process as it was before any job, in a session of its own, with its own working folder, HOME
+    and TMPDIR; after it ends, every process it left is killed (``isolated``: every process of
+    this sandbox's PID namespace but this one and bwrap's; else the child's session), and its
+    folders, and in a sandbox ``/tmp`` and ``/dev/shm``, are emptied before the reply. If they
+    cannot be, this process ends after replying and the grader starts a fresh one.
 
     A job is one byte carrying descriptors (``socket.send_fds``: result pipe, output pipe, then
     each function answer's calls and replies pipes, in the order of ``channels``), then one
-    framed JSON message ``{"student", "answers", "channels"}``. The reply, once the child has
-    ended, is ``{"returncode": <exit status>}``."""
+    framed JSON message ``{"student", "answers", "channels"}``. It is answered twice:
+    ``{"started": <the child's PID>}`` at once (without a sandbox the grader kills that session
+    if the job runs out of time: the child is not in this process's group), and
+    ``{"returncode": <exit status>}`` once the child has ended."""
     import importlib
+    import tempfile
     for name in WARM_MODULES:
         try:
             importlib.import_module(name)
         except ImportError:  # a kit without torch (or the kit hidden): the child imports it
             pass
     sock = socket.socket(fileno=int(socket_fd))
-    for job_number in itertools.count():
+    while True:
         message, fds, _, _ = socket.recv_fds(sock, 1, 4 + 2 * MAX_FUNCTION_ANSWERS)
         if not message:
             return  # the grader is done
         try:
             job = json.loads(receive(sock.fileno(), time.monotonic() + 60))
-            folder = Path.cwd() / f"job{job_number}"
-            (folder / "tmp").mkdir(parents=True)
+            folder = Path(tempfile.mkdtemp(prefix="job", dir=Path.cwd()))
+            for sub in ("home", "tmp"):
+                (folder / sub).mkdir()
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
@@ -552,22 +576,75 @@ def scorer(lesson: str, tests_dir: str, socket_fd: str) -> None:
         finally:
             for fd in fds:
                 os.close(fd)
+        send(sock.fileno(), {"started": pid})
         _, status = os.waitpid(pid, 0)
-        shutil.rmtree(folder, ignore_errors=True)
+        clean = _end_job(pid, folder, bool(isolated))
         send(sock.fileno(), {"returncode": os.waitstatus_to_exitcode(status)})
+        if clean is not True:
+            print(f"scorer: ending, a job left {clean}", flush=True)
+            return
+
+
+def _end_job(pid: int, folder: Path, isolated: bool) -> list[Path] | bool:
+    """Kill what the job ``pid`` left running and remove what it left on disk: True, or what
+    could not be removed."""
+    import signal
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the child's session (it called setsid)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if isolated:  # anything that left the session: this PID namespace holds only grading's own
+        keep = {os.getpid()}
+        ancestor = os.getpid()
+        while ancestor > 1:
+            ancestor = int(Path(f"/proc/{ancestor}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            keep.add(ancestor)
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) not in keep:
+                try:
+                    os.kill(int(entry), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for entry in os.listdir("/proc"):  # reap the ones that were ours
+            if entry.isdigit() and int(entry) not in keep:
+                try:
+                    os.waitpid(int(entry), os.WNOHANG)
+                except ChildProcessError:
+                    pass
+    shutil.rmtree(folder, ignore_errors=True)
+    left = [folder] if folder.exists() else []
+    if isolated:  # this sandbox's private tmpfs, not the machine's
+        # bwrap made folders here to hold bound paths (e.g. the trusted lesson, read-only and
+        # root-owned): those stay
+        mounts = [Path(line.split()[1].encode().decode("unicode_escape"))  # octal escapes (\040: a space)
+                  for line in Path("/proc/self/mounts").read_text().splitlines()]
+        for shared in (Path("/tmp"), Path("/dev/shm")):
+            for entry in shared.iterdir():
+                if any(m == entry or m.is_relative_to(entry) for m in mounts):
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+                if os.path.lexists(entry):
+                    left.append(entry)
+    return left or True
 
 
 def _score_job(job: dict, fds: list[int], folder: Path, lesson: str, tests_dir: str) -> None:
     """The forked child of :func:`scorer`: one job, then ``os._exit``."""
     code = 1
     try:
+        os.setsid()  # its session: the scorer kills whatever it leaves
+        _die_with_parent()  # a scorer killed for time takes its job with it, sandbox or not
+        _not_dumpable()  # nothing else of this uid can read its memory or take its pipes
         result_fd, output_fd, *pipes = fds
         for fd in pipes:  # a process the lesson starts inherits none of them
             os.set_inheritable(fd, False)
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
-        os.environ["COURSE_STUDENT_ID"] = job["student"]
-        os.environ["TMPDIR"] = str(folder / "tmp")
+        os.environ.update(COURSE_STUDENT_ID=job["student"], HOME=str(folder / "home"),
+                          TMPDIR=str(folder / "tmp"))
         import tempfile
         tempfile.tempdir = None  # the next call reads TMPDIR again
         os.chdir(folder)
@@ -576,12 +653,17 @@ def _score_job(job: dict, fds: list[int], folder: Path, lesson: str, tests_dir: 
         score(lesson, job["answers"], tests_dir, result_fd, channels)
         code = 0
     except BaseException:
-        import traceback
-        traceback.print_exc()
+        try:
+            import traceback
+            traceback.print_exc()
+        except BaseException:
+            pass
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Run one command with untrusted code in it: bubblewrap namespaces, resource limits, a clean
-environment, one writable scratch folder. Used by tools/grade.py, one sandbox per grading stage.
+environment, one writable scratch folder. Used by tools/grade.py: a sandbox per stage 1 and per
+function answer of each submission, and one per worker for stage 2's scorer.
 
 With ``bwrap`` (Debian/Ubuntu: ``apt-get install bubblewrap``) the command sees:
 
@@ -180,12 +181,22 @@ def missing_isolation() -> str | None:
 
 
 _uids = itertools.count(random.randrange(*UID_RANGE))
+_live_uids: set[int] = set()  # held by a sandbox that has not been waited for
+_uid_lock = threading.Lock()
 
 
 def _sandbox_uid() -> int:
-    """A uid owned by nothing else, so RLIMIT_NPROC counts only this sandbox's processes."""
+    """A uid owned by nothing else, so RLIMIT_NPROC counts only this sandbox's processes: the
+    next in ``UID_RANGE`` that no live sandbox holds (a long-lived one, such as grading's scorer,
+    keeps its uid while thousands of others come and go). Released by :meth:`Running.wait`."""
     lo, hi = UID_RANGE
-    return lo + (next(_uids) - lo) % (hi - lo)
+    with _uid_lock:
+        for _ in range(hi - lo):
+            uid = lo + (next(_uids) - lo) % (hi - lo)
+            if uid not in _live_uids:
+                _live_uids.add(uid)
+                return uid
+    raise RuntimeError(f"all {hi - lo} sandbox uids are held by running sandboxes")
 
 
 def _processes_of(uid: int) -> int:
@@ -299,8 +310,9 @@ def clean_environment(home: Path, extra: dict[str, str]) -> dict[str, str]:
 class Running:
     """A sandboxed command started by :func:`start`; :meth:`wait` ends it."""
 
-    def __init__(self, proc: subprocess.Popen, output: "Tail", isolated: bool):
-        self.proc, self._output, self.isolated = proc, output, isolated
+    def __init__(self, proc: subprocess.Popen, output: "Tail", isolated: bool,
+                 uid: int | None = None):
+        self.proc, self._output, self.isolated, self._uid = proc, output, isolated, uid
 
     def wait(self, timeout: float) -> Outcome:
         """Wait up to ``timeout`` seconds; past it, kill everything the command started."""
@@ -310,7 +322,13 @@ class Running:
             self.kill()
             returncode = None
         self._output.join()
+        self._release_uid()
         return Outcome(returncode, self._output.text(), self.isolated)
+
+    def _release_uid(self) -> None:
+        # bwrap has exited: the processes of its PID namespace are gone with it
+        with _uid_lock:
+            _live_uids.discard(self._uid)
 
     def kill(self) -> None:
         # bwrap's children die with it (--die-with-parent, then the PID namespace goes);
@@ -320,6 +338,7 @@ class Running:
         except ProcessLookupError:
             pass
         self.proc.wait()
+        self._release_uid()
 
 
 class Tail(threading.Thread):
@@ -381,12 +400,14 @@ def start(argv: list[str], scratch: Path, *, readonly: list[Path] = (), hidden: 
                                 preexec_fn=functools.partial(_set_limits, limits, nproc))
     except BaseException:
         os.close(read_end)
+        with _uid_lock:
+            _live_uids.discard(uid)
         raise
     finally:
         os.close(write_end)
         if seccomp_fd is not None:
             os.close(seccomp_fd)
-    return Running(proc, Tail(read_end), isolated)
+    return Running(proc, Tail(read_end), isolated, uid)
 
 
 def run(argv: list[str], scratch: Path, *, readonly: list[Path] = (), hidden: list[Path] = (),

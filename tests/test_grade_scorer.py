@@ -25,9 +25,14 @@ LESSON_CELLS = [
      "folder_before = sorted(os.listdir('.'))\n"
      "isolated = os.getcwd().startswith('/grade/')  # in bwrap: the sandbox's scratch\n"
      "marks = ['/tmp/left_by_a_job', '/dev/shm/left_by_a_job'] if isolated else []\n"
+     "def command_of(pid):  # a process may end while the list is read\n"
+     "    try:\n"
+     "        return open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+     "    except OSError:\n"
+     "        return b''\n"
      "left_by_earlier = [m for m in marks if os.path.exists(m)] + [\n"
      "    pid for pid in os.listdir('/proc') if pid.isdigit()\n"
-     "    and open(f'/proc/{pid}/cmdline', 'rb').read() == b'sleep\\x003601\\x00']\n"
+     "    and command_of(pid) == b'sleep\\x003601\\x00']\n"
      "for m in marks:\n"
      "    open(m, 'w').write('x')\n"
      "import subprocess  # outside the job's session in a sandbox: only the sweep ends it\n"
@@ -122,3 +127,24 @@ def test_each_submission_is_scored_in_a_fresh_child_and_a_hung_one_costs_its_sco
         assert pids(printed)[0] != scorer1
     finally:
         scorer.close()
+
+
+def test_between_jobs_everything_but_the_mounts_is_emptied(tmp_path):
+    """grade_stages._empty on a stand-in for the sandbox's /tmp: bwrap's mount points and the
+    folders leading to them stay, with anything else inside those folders removed."""
+    import grade_stages
+    bound = tmp_path / "grade_lesson_x" / "trusted"
+    bound.mkdir(parents=True)
+    (bound / "lesson.ipynb").write_text("{}")
+    (tmp_path / "grade_lesson_x" / "left.txt").write_text("x")
+    (tmp_path / "left_folder" / "deep").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(bound)
+    assert grade_stages._empty(tmp_path, {bound}) == []
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "grade_lesson_x", "grade_lesson_x/trusted", "grade_lesson_x/trusted/lesson.ipynb"]
+
+
+def test_mount_points_are_read_with_their_escapes():
+    import grade_stages
+    line = "tmpfs /tmp/jos\u00e9\\040x tmpfs rw,nosuid 0 0"
+    assert grade_stages._mount_point(line) == Path("/tmp/jos\u00e9 x")

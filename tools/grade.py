@@ -264,15 +264,17 @@ class Scorer:
     forked from itself. A process per submission paid those imports every time (~3.5 s of CPU,
     most of stage 2 on a small lesson). Its sandbox sees the trusted lesson and the kit, never a
     submission's files: a submission's answers arrive as plain data in the job message. Between
-    jobs it kills what a job left running and empties its folders (see ``scorer``).
+    jobs it removes what a job left (see ``scorer``).
 
-    A scorer that does not answer within a job's time, or has died, is killed and a fresh one is
-    started at once, so that the next submission does not wait for its imports."""
+    A scorer that runs past a job's time, dies, or retires (a job left something it could not
+    remove) is replaced by a fresh one as soon as that is known; one found dead when a job is
+    handed to it is replaced and the job handed again. Thread-safe: one job at a time."""
 
     def __init__(self, trusted: TrustedLesson, *, scale: str, limits: sandbox.Limits):
         self.trusted, self.scale, self.limits = trusted, scale, limits
         self._running: sandbox.Running | None = None
         self._socket: socket.socket | None = None
+        self._lock = threading.Lock()
         self.start()
 
     def start(self) -> None:
@@ -282,15 +284,17 @@ class Scorer:
         self.close(wait=0)
         package, readonly, env = kit_paths()
         env.update(COURSE_SCALE=self.scale)
-        isolated = sandbox.bwrap() is not None
         # without bwrap its scratch is a folder on this disk: one of its own, so that no two
         # scorers (--jobs, or one started after a kill) share a working folder
         scratch = Path(tempfile.mkdtemp(prefix="scorer_", dir=self.trusted.lesson.parent))
+        # the scorer cleans up after a job as a sandbox may (every other process, /tmp) only in
+        # a PID namespace other than this one, which it checks itself
+        namespace = os.stat("/proc/self/ns/pid").st_ino
         ours, theirs = socket.socketpair()
         try:
             self._running = sandbox.start(
                 [sys.executable, str(STAGES), "scorer", str(self.trusted.lesson),
-                 str(self.trusted.tests), str(theirs.fileno()), "isolated" if isolated else ""],
+                 str(self.trusted.tests), str(theirs.fileno()), str(namespace)],
                 scratch, readonly=readonly + [TOOLS, self.trusted.lesson.parent],
                 hidden=[package / "practice_data"], env=env, limits=self.limits,
                 pass_fds=(theirs.fileno(),))
@@ -306,7 +310,11 @@ class Scorer:
         """Score one submission's checked ``answers``; the exit status of its scoring child, or
         None past ``timeout`` seconds. Results go to ``result_w``, the child's output to
         ``output_w`` (both are the caller's to close). Raises RuntimeError if the scorer died
-        during the job (it is restarted for the next)."""
+        during the job (a fresh one takes the next)."""
+        with self._lock:
+            return self._score(answers, channels, student, result_w, output_w, timeout)
+
+    def _score(self, answers, channels, student, result_w, output_w, timeout):
         deadline = time.monotonic() + timeout
         names = list(channels)
         fds = [result_w, output_w] + [fd for name in names for fd in channels[name]]
@@ -318,33 +326,45 @@ class Scorer:
                 self._socket.settimeout(max(deadline - time.monotonic(), 0.01))
                 try:
                     socket.send_fds(self._socket, [b"j"], fds)
-                except (BrokenPipeError, ConnectionResetError):
+                    self._socket.sendall(job)
+                    self._socket.settimeout(None)
+                    child = int(json.loads(receive(self._socket.fileno(), deadline))["started"])
+                    break
+                except (BrokenPipeError, ConnectionResetError, EOFError):
                     if attempt == 2:
                         raise
                     self.close(wait=0)
-                    continue
-                self._socket.sendall(job)
-                break
-            self._socket.settimeout(None)
-            child = int(json.loads(receive(self._socket.fileno(), deadline))["started"])
-            return int(json.loads(receive(self._socket.fileno(), deadline))["returncode"])
+            reply = json.loads(receive(self._socket.fileno(), deadline))
+            if reply.get("retiring"):
+                self.close()
+                self.start()
+            return int(reply["returncode"])
         except TimeoutError:
-            if child is not None and not self._running.isolated:
-                try:  # its own session, out of reach of the scorer's kill (in bwrap, the
-                    os.killpg(child, signal.SIGKILL)  # PID namespace ends with the scorer)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            self._kill_job(child)
             self.close(wait=0)
             self.start()
             return None
         except (OSError, EOFError, ValueError, KeyError, TypeError):
+            self._kill_job(child)
             output = self.close(wait=0)
             self.start()
             raise RuntimeError("the scoring process ended before it answered:\n"
                                + output[-3000:]) from None
         except BaseException:  # the reply is still owed: this scorer cannot take another job
+            self._kill_job(child)
             self.close(wait=0)
             raise
+
+    def _kill_job(self, child: int | None) -> None:
+        """Without bwrap, kill the job's session (the scorer's death takes only the child, by
+        PR_SET_PDEATHSIG, not what it started); in bwrap the PID namespace ends with the
+        scorer. A session's ID is not handed to a new process while any process of it lives."""
+        if child is None or child <= 0 or self._running is None or self._running.isolated:
+            return
+        try:
+            os.killpg(child, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def close(self, wait: float = 5.0) -> str:
         """Stop the scorer: closing its socket ends it once idle; past ``wait`` seconds it is
@@ -706,11 +726,13 @@ def grade_folder(autograder: Path, folder: Path, out: Path, *, timeout: float = 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             list(pool.map(grade, found))
     finally:
-        for scorer in started:
-            scorer.close()
-        work.cleanup()
-        sheet.finish()
-        lock.close()
+        try:
+            for scorer in started:
+                scorer.close()
+            work.cleanup()
+        finally:
+            sheet.finish()
+            lock.close()
     print(f"wrote {out / 'scores.csv'}")
     return out / "scores.csv"
 

@@ -179,11 +179,11 @@ def _not_dumpable() -> None:
         pass
 
 
-def _die_with_parent() -> None:
-    """SIGKILL this process when its parent dies (``PR_SET_PDEATHSIG``)."""
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent (PID ``parent``, read before the fork) dies
+    (``PR_SET_PDEATHSIG``)."""
     import ctypes
     import signal
-    parent = os.getppid()
     try:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux
@@ -527,10 +527,10 @@ def score(lesson: str, answers: dict, tests_dir: str, result_fd: int,
 # too: the first optimizer a lesson builds imports it (torch wraps Optimizer.add_param_group in
 # torch._disable_dynamo), ~1-1.5 s more
 WARM_MODULES = ("nbformat", "otter.test_files", "IPython.core.interactiveshell", "torch",
-                "torch._dynamo", "course_utils.exercises")
+                "torch._dynamo", "course_utils.exercises", "matplotlib.pyplot")
 
 
-def scorer(lesson: str, tests_dir: str, socket_fd: str, isolated: str = "") -> None:
+def scorer(lesson: str, tests_dir: str, socket_fd: str, graders_pid_namespace: str) -> None:
     """Stage 2's process: import :data:`WARM_MODULES` once, then score one job at a time, each in
     a child forked from this process, until the grader closes the socket.
 
@@ -539,17 +539,17 @@ def scorer(lesson: str, tests_dir: str, socket_fd: str, isolated: str = "") -> N
     instructor's lesson and tests); a submission reaches them as a job message of plain data and
     as pipes to its function answers' sandboxes, never as files. Each child starts from this
     process as it was before any job, in a session of its own, with its own working folder, HOME
-    and TMPDIR; after it ends, every process it left is killed (``isolated``: every process of
-    this sandbox's PID namespace but this one and bwrap's; else the child's session), and its
-    folders, and in a sandbox ``/tmp`` and ``/dev/shm``, are emptied before the reply. If they
-    cannot be, this process ends after replying and the grader starts a fresh one.
+    and TMPDIR. After it ends, what it left is removed (:func:`_end_job`); in a sandbox of its own
+    (a PID namespace other than ``graders_pid_namespace``, the grader's) that is every other
+    process of the namespace and everything in ``/tmp`` and ``/dev/shm`` but bwrap's mount
+    points; without one, only the child's session and folder. If that fails, the reply says
+    ``retiring`` and this process ends: the grader starts a fresh one.
 
     A job is one byte carrying descriptors (``socket.send_fds``: result pipe, output pipe, then
     each function answer's calls and replies pipes, in the order of ``channels``), then one
     framed JSON message ``{"student", "answers", "channels"}``. It is answered twice:
-    ``{"started": <the child's PID>}`` at once (without a sandbox the grader kills that session
-    if the job runs out of time: the child is not in this process's group), and
-    ``{"returncode": <exit status>}`` once the child has ended."""
+    ``{"started": <the child's PID>}`` at once, and ``{"returncode": <exit status>,
+    "retiring": <bool>}`` once the child has ended and its leftovers are gone."""
     import importlib
     import tempfile
     for name in WARM_MODULES:
@@ -557,6 +557,7 @@ def scorer(lesson: str, tests_dir: str, socket_fd: str, isolated: str = "") -> N
             importlib.import_module(name)
         except ImportError:  # a kit without torch (or the kit hidden): the child imports it
             pass
+    own_namespace = os.stat("/proc/self/ns/pid").st_ino != int(graders_pid_namespace)
     sock = socket.socket(fileno=int(socket_fd))
     while True:
         message, fds, _, _ = socket.recv_fds(sock, 1, 4 + 2 * MAX_FUNCTION_ANSWERS)
@@ -569,74 +570,106 @@ def scorer(lesson: str, tests_dir: str, socket_fd: str, isolated: str = "") -> N
                 (folder / sub).mkdir()
             sys.stdout.flush()
             sys.stderr.flush()
+            me = os.getpid()
             pid = os.fork()
             if pid == 0:
                 sock.close()
-                _score_job(job, fds, folder, lesson, tests_dir)  # never returns
+                _score_job(job, fds, folder, lesson, tests_dir, me)  # never returns
         finally:
             for fd in fds:
                 os.close(fd)
         send(sock.fileno(), {"started": pid})
-        _, status = os.waitpid(pid, 0)
-        clean = _end_job(pid, folder, bool(isolated))
-        send(sock.fileno(), {"returncode": os.waitstatus_to_exitcode(status)})
-        if clean is not True:
-            print(f"scorer: ending, a job left {clean}", flush=True)
+        # WNOWAIT: the exited child keeps its PID (so its session's ID) until its session is killed
+        status = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        try:
+            left = _end_job(pid, folder, own_namespace)
+        except Exception as err:
+            left = [f"cleaning up failed: {type(err).__name__}: {err}"]
+        os.waitpid(pid, 0)
+        code = status.si_status if status.si_code == os.CLD_EXITED else -status.si_status
+        send(sock.fileno(), {"returncode": code, "retiring": bool(left)})
+        if left:
+            print(f"scorer: retiring, a job left {left}", flush=True)
             return
 
 
-def _end_job(pid: int, folder: Path, isolated: bool) -> list[Path] | bool:
-    """Kill what the job ``pid`` left running and remove what it left on disk: True, or what
-    could not be removed."""
+def _end_job(pid: int, folder: Path, own_namespace: bool) -> list:
+    """Kill what the job ``pid`` (exited, not yet reaped) left running and remove what it left on
+    disk; returns what could not be (empty when all is gone)."""
     import signal
     try:
         os.killpg(pid, signal.SIGKILL)  # the child's session (it called setsid)
     except (ProcessLookupError, PermissionError):
         pass
-    if isolated:  # anything that left the session: this PID namespace holds only grading's own
-        keep = {os.getpid()}
+    left: list = []
+    if own_namespace:  # a process that left the session: the namespace holds only grading's own
+        keep = {os.getpid(), pid}
         ancestor = os.getpid()
         while ancestor > 1:
             ancestor = int(Path(f"/proc/{ancestor}/stat").read_text().rsplit(")", 1)[1].split()[1])
             keep.add(ancestor)
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) not in keep:
+        for _ in range(20):  # a process may fork while the previous pass kills
+            others = [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) not in keep]
+            if not others:
+                break
+            for other in others:
                 try:
-                    os.kill(int(entry), signal.SIGKILL)
+                    os.kill(other, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-        for entry in os.listdir("/proc"):  # reap the ones that were ours
-            if entry.isdigit() and int(entry) not in keep:
                 try:
-                    os.waitpid(int(entry), os.WNOHANG)
+                    os.waitpid(other, os.WNOHANG)  # the ones that were this process's
                 except ChildProcessError:
                     pass
+            time.sleep(0.01)
+        else:
+            left.append(f"processes {others}")
     shutil.rmtree(folder, ignore_errors=True)
-    left = [folder] if folder.exists() else []
-    if isolated:  # this sandbox's private tmpfs, not the machine's
-        # bwrap made folders here to hold bound paths (e.g. the trusted lesson, read-only and
-        # root-owned): those stay
-        mounts = [Path(line.split()[1].encode().decode("unicode_escape"))  # octal escapes (\040: a space)
-                  for line in Path("/proc/self/mounts").read_text().splitlines()]
+    if folder.exists():
+        left.append(folder)
+    if own_namespace:  # this sandbox's private tmpfs, not the machine's
+        mounts = {_mount_point(line) for line in
+                  Path("/proc/self/mounts").read_text(errors="surrogateescape").splitlines()}
         for shared in (Path("/tmp"), Path("/dev/shm")):
-            for entry in shared.iterdir():
-                if any(m == entry or m.is_relative_to(entry) for m in mounts):
-                    continue
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry, ignore_errors=True)
-                else:
-                    entry.unlink(missing_ok=True)
-                if os.path.lexists(entry):
-                    left.append(entry)
-    return left or True
+            left += _empty(shared, mounts)
+    return left
 
 
-def _score_job(job: dict, fds: list[int], folder: Path, lesson: str, tests_dir: str) -> None:
-    """The forked child of :func:`scorer`: one job, then ``os._exit``."""
+def _mount_point(line: str) -> Path:
+    """The mount point of one line of /proc/self/mounts (octal escapes such as \\040 decoded)."""
+    import re
+    raw = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]),
+                 line.split()[1].encode(errors="surrogateescape"))
+    return Path(os.fsdecode(raw))
+
+
+def _empty(folder: Path, mounts: set[Path]) -> list[Path]:
+    """Remove everything under ``folder`` but the mount points in ``mounts`` and the folders
+    that lead to them (bwrap made those to hold bound paths); what could not be removed."""
+    left = []
+    for entry in folder.iterdir():
+        if entry in mounts:
+            continue
+        if any(m.is_relative_to(entry) for m in mounts) and not entry.is_symlink():
+            left += _empty(entry, mounts)
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except OSError:
+            left.append(entry)
+    return left
+
+
+def _score_job(job: dict, fds: list[int], folder: Path, lesson: str, tests_dir: str,
+               parent: int) -> None:
+    """The forked child of :func:`scorer` (PID ``parent``): one job, then ``os._exit``."""
     code = 1
     try:
         os.setsid()  # its session: the scorer kills whatever it leaves
-        _die_with_parent()  # a scorer killed for time takes its job with it, sandbox or not
+        _die_with_parent(parent)  # a scorer killed for time takes its job with it
         _not_dumpable()  # nothing else of this uid can read its memory or take its pipes
         result_fd, output_fd, *pipes = fds
         for fd in pipes:  # a process the lesson starts inherits none of them

@@ -193,7 +193,8 @@ def _sandbox_uid() -> int:
     with _uid_lock:
         for _ in range(hi - lo):
             uid = lo + (next(_uids) - lo) % (hi - lo)
-            if uid not in _live_uids:
+            # not one another grader process (or a test worker beside this one) holds
+            if uid not in _live_uids and _processes_of(uid) == 0:
                 _live_uids.add(uid)
                 return uid
     raise RuntimeError(f"all {hi - lo} sandbox uids are held by running sandboxes")
@@ -329,6 +330,7 @@ class Running:
         # bwrap has exited: the processes of its PID namespace are gone with it
         with _uid_lock:
             _live_uids.discard(self._uid)
+            self._uid = None
 
     def kill(self) -> None:
         # bwrap's children die with it (--die-with-parent, then the PID namespace goes);
@@ -370,8 +372,16 @@ def start(argv: list[str], scratch: Path, *, readonly: list[Path] = (), hidden: 
 
     ``pass_fds``: descriptors the command inherits (e.g. pipes for answers and results)."""
     isolated = bwrap() is not None
-    root = os.geteuid() == 0
-    uid = _sandbox_uid() if isolated and root else None
+    uid = _sandbox_uid() if isolated and os.geteuid() == 0 else None
+    try:
+        return _start(argv, scratch, readonly, hidden, limits, env, pass_fds, isolated, uid)
+    except BaseException:
+        with _uid_lock:
+            _live_uids.discard(uid)
+        raise
+
+
+def _start(argv, scratch, readonly, hidden, limits, env, pass_fds, isolated, uid) -> Running:
     seccomp_fd = None
     if isolated:
         full_env = clean_environment(INSIDE / "home", env or {})
@@ -400,8 +410,6 @@ def start(argv: list[str], scratch: Path, *, readonly: list[Path] = (), hidden: 
                                 preexec_fn=functools.partial(_set_limits, limits, nproc))
     except BaseException:
         os.close(read_end)
-        with _uid_lock:
-            _live_uids.discard(uid)
         raise
     finally:
         os.close(write_end)

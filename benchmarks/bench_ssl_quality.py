@@ -34,15 +34,22 @@ test crops about 3 points). Rows are each compared with their own floor, not wit
 MAE trains a different architecture (the kit's ViT, with its own floor) and takes about twice
 the steps in the same budget.
 
-Nothing is tuned per row to pass: the recoloured crops were chosen to lower the floor, their
-augmentation follows from the colour being a nuisance, as on ``shapes``. All objectives see the
+Nothing is tuned on the benchmark's seeds: the recoloured crops were chosen to lower the floor,
+their augmentation follows from the colour being a nuisance, as on ``shapes``, and SimSiam's
+optimiser was chosen on development seeds (below). All objectives see the
 same images per step (batch 128 at 16 px); the contrastive ones share one backbone (SmallResNet
 width 16) and augmentation per dataset; MAE regresses normalised patches (``norm_pix_loss``, the
 MAE paper's target, which lesson 04 resolves above plain pixels for a linear probe over three
-seeds). SimSiam has no negatives and takes lesson 13's recipe: its paper's heads (a projector
-ending in BatchNorm, a predictor) and AdamW with weight decay 0.05 (the contrastive rows keep
-1e-4), as analyses of non-contrastive learning tie its stability to weight decay (Tian et al.
-2021).
+seeds). SimSiam has no negatives and takes lesson 13's heads (a projector ending in BatchNorm, a
+predictor; ``SimSiam.recipe``) with its paper's optimiser, SGD with momentum 0.9 and weight decay
+5e-4 (its CIFAR recipe), at learning rate 0.06. Lesson 13 holds one optimiser for all its arms
+(AdamW, weight decay 0.05); with that one SimSiam collapsed on ``textures-recoloured`` (its
+seeds' mean -13.7 points, below its floor). The optimiser and its learning rate were chosen on
+development seeds, never the benchmark's, on ``textures-recoloured`` at 180 core-seconds (one run
+each, 60 s where marked; development runs, not stored): AdamW as lesson 13 -7.0 (seed 10), AdamW with weight decay 1e-4 -9.2,
+SGD at the paper's 0.03 x B/256 = 0.015 +1.4, at 0.06 +7.0 (60 s) and +38.7, at 0.12 +1.0 (60 s);
+0.06 then +31.6 on seed 11 and, on ``shapes``, +39.1 on seed 10. ``--rerun simsiam`` reran
+only these rows (``rows_rerun`` in the result says when and why).
 
 ``python benchmarks/bench_ssl_quality.py --summarise-again`` recomputes the committed result's
 derived fields (rows' means, intervals, verdicts, shortfalls, summary) from its stored per-seed
@@ -172,7 +179,7 @@ def _build(name: str, augment, seed: int):
     encoder = _encoder(_family(name), seed)
     if name == "simsiam":
         model = SimSiam.recipe(encoder, 64)
-        opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.05)
+        opt = torch.optim.SGD(model.parameters(), lr=0.06, momentum=0.9, weight_decay=5e-4)
         return model, make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(seed))
     if name == "mae":
         model = MAE(encoder, mask_ratio=0.75, decoder_dim=32, norm_pix_loss=True)
@@ -197,7 +204,8 @@ def _train_for(step, batches, seconds: float) -> int:
     raise AssertionError("unreachable")
 
 
-def quality_on(dataset: str, seconds: float, quick: bool, seeds, progress) -> dict:
+def quality_on(dataset: str, seconds: float, quick: bool, seeds, progress,
+               objectives=OBJECTIVES) -> dict:
     train = load_dataset(dataset, "train", image_size=IMAGE_SIZE)
     test = load_dataset(dataset, "test", image_size=IMAGE_SIZE)
     test = test.subset(min(len(test), 256 if quick else 1000), seed=2)  # the textures' test split has 512
@@ -208,7 +216,7 @@ def quality_on(dataset: str, seconds: float, quick: bool, seeds, progress) -> di
     rows = {"random_init": {family: {seed: floors[family, seed] for seed in seeds}
                             for family in ("resnet", "vit")},
             "augment": repr(augment), "train_images": len(train), "test_images": len(test)}
-    for name in OBJECTIVES:
+    for name in objectives:
         per_seed = {}
         for seed in seeds:
             progress.set_postfix_str(f"{dataset} {name} seed {seed}")
@@ -239,6 +247,46 @@ def run(quick: bool = False, seconds: float | None = None, seeds=SEEDS) -> dict:
                            torch_threads=torch.get_num_threads(),
                            load_average_at_end=os.getloadavg()),
             "datasets": results, "shortfalls": shortfalls, "summary": summary}
+
+
+def rerun(stored: dict, objectives: tuple[str, ...], why: str) -> dict:
+    """``stored`` (the committed full run) with the rows of ``objectives`` trained and probed
+    again under its own config (seeds, budget), for a change of those rows' recipe. Refused
+    unless every random-init floor measured now equals the stored one (the same initial weights
+    and probe: the rows kept and the rows rerun are judged against the same floors). The reruns
+    are listed in ``rows_rerun``."""
+    import time
+    config = stored["config"]
+    if stored.get("quick") or config["train_core_seconds"] != 180.0:
+        raise ValueError("rerun rows into a full run only (not quick, 180 core-seconds)")
+    unknown = set(objectives) - set(OBJECTIVES)
+    if unknown or not objectives:
+        raise ValueError(f"objectives to rerun must be among {OBJECTIVES}, got {objectives}")
+    seeds = tuple(config["seeds"])
+    start = time.time()
+    datasets = {}
+    with tqdm(total=len(AUGMENT) * len(objectives) * len(seeds), desc="ssl quality reruns") as progress:
+        for dataset in AUGMENT:
+            fresh = quality_on(dataset, config["train_core_seconds"], False, seeds, progress,
+                               objectives)
+            kept = stored["datasets"][dataset]
+            floors_now = {f: {str(s): v for s, v in by_seed.items()}
+                          for f, by_seed in fresh["random_init"].items()}
+            if floors_now != kept["random_init"]:
+                raise ValueError(f"{dataset}: the random-init floors measured now differ from the "
+                                 f"stored ones ({floors_now} vs {kept['random_init']}): rerun all rows")
+            datasets[dataset] = {**kept, **{n: json_rows(fresh[n]) for n in objectives}}
+    record = {"objectives": list(objectives), "why": why, "seconds": round(time.time() - start, 2),
+              "torch_threads": torch.get_num_threads(), "load_average_at_end": os.getloadavg()}
+    result = summarise_again({**stored, "datasets": datasets})
+    result["rows_rerun"] = [*stored.get("rows_rerun", []), record]
+    return result
+
+
+def json_rows(row: dict) -> dict:
+    """A row as JSON stores it (seed keys as strings)."""
+    import json
+    return json.loads(json.dumps(row))
 
 
 def summarise_again(result: dict) -> dict:
@@ -277,8 +325,18 @@ def main(argv=None) -> int:
                     help=f"seeds per row, 0..N-1 (default {len(SEEDS)}; about 25 minutes each)")
     ap.add_argument("--summarise-again", action="store_true",
                     help="recompute the committed result's verdicts from its stored runs; no training")
+    ap.add_argument("--rerun", nargs="+", choices=OBJECTIVES, metavar="OBJECTIVE",
+                    help="train and probe again only these rows of the committed result (after a "
+                         "change of their recipe), under its seeds and budget")
+    ap.add_argument("--why", default="", help="with --rerun: why, stored with the rows")
     args = ap.parse_args(argv)
-    if args.summarise_again:
+    if args.rerun:
+        if not args.why:
+            ap.error("--rerun needs --why (stored in the result's rows_rerun)")
+        path = RESULTS / "ssl_quality.json"
+        result = rerun(json.loads(path.read_text()), tuple(args.rerun), args.why)
+        path.write_text(json.dumps(result, indent=1))
+    elif args.summarise_again:
         path = RESULTS / "ssl_quality.json"
         result = summarise_again(json.loads(path.read_text()))
         path.write_text(json.dumps(result, indent=1))

@@ -40,9 +40,9 @@ TIMES: dict[str, float] = {}  # module name -> seconds its run took (the suite's
 # seconds a file takes at ci scale (its items' durations in a `make test --durations=0` run on 2
 # idle cores, 2026-12-05), for xdist's order: the files that take longest start first, so that
 # neither worker is left with a long one at the end; unlisted files take under 3 s
-WEIGHT = {"test_planner": 49, "test_browser": 23, "11_plan_the_real_run": 22,
-          "test_fake_paper_scale": 19, "05_compute_budget": 18, "test_llama": 18,
-          "10_checkpoint_resume": 17, "test_grade_scorer": 16, "test_fake_world": 16,
+WEIGHT = {"test_planner": 49, "test_browser": 23, "test_grade_scorer": 23,
+          "11_plan_the_real_run": 22, "test_fake_paper_scale": 19, "05_compute_budget": 18,
+          "test_llama": 18, "10_checkpoint_resume": 17, "test_fake_world": 16,
           "07_data_parallel": 16, "test_benchmarks": 14, "03_moco": 11, "02_simclr": 11,
           "13_no_negatives": 10, "12_how_large_a_batch": 9, "test_run_course": 9, "08_sharding": 9,
           "09_pipeline_tensor_parallel": 8, "test_gpu_budget": 8, "test_distributed_launch": 8,

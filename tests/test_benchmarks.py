@@ -156,3 +156,47 @@ def test_ssl_quality_refuses_too_few_seeds(capsys):
     with pytest.raises(SystemExit) as exited:
         bench.main(["--seeds", "2"])
     assert exited.value.code == 2 and "fewer seeds cannot resolve" in capsys.readouterr().err
+
+
+def test_ssl_quality_rerun_replaces_only_its_rows_and_needs_the_same_floors(monkeypatch):
+    """--rerun: the rerun objective's rows are replaced and every derived field recomputed; the
+    other rows stay as stored; floors that differ from the stored ones refuse the merge."""
+    import copy
+    import json
+    bench = load("bench_ssl_quality")
+    stored = json.loads((ROOT / "benchmarks" / "results" / "ssl_quality.json").read_text())
+    shift = {"floors": 0.0}
+
+    def quality_on(dataset, seconds, quick, seeds, progress, objectives):
+        kept = stored["datasets"][dataset]
+        rows = {"random_init": {f: {int(s): {**v, "linear": v["linear"] + shift["floors"]}
+                                    for s, v in by_seed.items()}
+                                for f, by_seed in kept["random_init"].items()}}
+        for name in objectives:
+            per_seed = {}
+            for s in seeds:
+                floor = kept["random_init"][SSL_FAMILY[name]][str(s)]["linear"]
+                per_seed[s] = {"steps": 1, "linear": floor + 0.2 + 0.01 * s, "knn": 0.5,
+                               "floor_linear": floor,
+                               "linear_gain_points": 100 * (0.2 + 0.01 * s),
+                               "probe_standard_error_points": 1.0}
+            rows[name] = bench.summarise_row(per_seed, kept["test_images"])
+        return rows
+
+    monkeypatch.setattr(bench, "quality_on", quality_on)
+    before = copy.deepcopy(stored)
+    out = bench.rerun(stored, ("simsiam",), "a test")
+    assert stored == before  # the stored result is not changed in place
+    for dataset, rows in out["datasets"].items():
+        assert {n: rows[n] for n in bench.OBJECTIVES if n != "simsiam"} == \
+            {n: stored["datasets"][dataset][n] for n in bench.OBJECTIVES if n != "simsiam"}
+        assert rows["simsiam"]["linear_gain_points"] == pytest.approx(21.0)
+        assert set(rows["simsiam"]["seeds"]) == {"0", "1", "2"}
+    assert out["rows_rerun"][-1]["objectives"] == ["simsiam"] and out["rows_rerun"][-1]["why"] == "a test"
+    again = bench.summarise_again(out)
+    assert again["summary"] == out["summary"] and again["shortfalls"] == out["shortfalls"]
+    shift["floors"] = 0.01
+    with pytest.raises(ValueError, match="floors"):
+        bench.rerun(stored, ("simsiam",), "a test")
+    with pytest.raises(ValueError, match="among"):
+        bench.rerun(stored, ("byol",), "a test")

@@ -43,13 +43,13 @@ MAE paper's target, which lesson 04 resolves above plain pixels for a linear pro
 seeds). SimSiam has no negatives and takes lesson 13's heads (a projector ending in BatchNorm, a
 predictor; ``SimSiam.recipe``) with its paper's optimiser, SGD with momentum 0.9 and weight decay
 5e-4 (its CIFAR recipe), at learning rate 0.06. Lesson 13 holds one optimiser for all its arms
-(AdamW, weight decay 0.05); with that one SimSiam collapsed on ``textures-recoloured`` (its
-seeds' mean -13.7 points, below its floor). The optimiser and its learning rate were chosen on
-development seeds, never the benchmark's, on ``textures-recoloured`` at 180 core-seconds (one run
-each, 60 s where marked; development runs, not stored): AdamW as lesson 13 -7.0 (seed 10), AdamW with weight decay 1e-4 -9.2,
-SGD at the paper's 0.03 x B/256 = 0.015 +1.4, at 0.06 +7.0 (60 s) and +38.7, at 0.12 +1.0 (60 s);
-0.06 then +31.6 on seed 11 and, on ``shapes``, +39.1 on seed 10. ``--rerun simsiam`` reran
-only these rows (``rows_rerun`` in the result says when and why).
+(AdamW, weight decay 0.05); with that one SimSiam collapsed on ``textures-recoloured`` (its seeds'
+mean -13.7 points, below its floor). The optimiser and its learning rate were chosen on development
+seeds, never the benchmark's, on ``textures-recoloured`` at 180 core-seconds (one run each, 60 s
+where marked; development runs, not stored): AdamW as lesson 13 -7.0 (seed 10), AdamW with weight
+decay 1e-4 -9.2, SGD at the paper's 0.03 x B/256 = 0.015 +1.4, at 0.06 +7.0 (60 s) and +38.7, at
+0.12 +1.0 (60 s); 0.06 then +31.6 on seed 11 and, on ``shapes``, +39.1 on seed 10. ``--rerun
+simsiam`` reran only these rows (``rows_rerun`` in the result says when and why).
 
 ``python benchmarks/bench_ssl_quality.py --summarise-again`` recomputes the committed result's
 derived fields (rows' means, intervals, verdicts, shortfalls, summary) from its stored per-seed

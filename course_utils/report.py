@@ -98,3 +98,19 @@ def headline(**figures) -> None:
     if target:
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         Path(target).write_text(json.dumps(clean, indent=1, default=str))
+
+
+def committed_result(name: str) -> dict | None:
+    """The committed result of benchmark ``name`` (``benchmarks/results/<name>.json`` of the
+    repository the kit runs from), or None where the kit runs without its repository (installed
+    from a wheel, or in a grading sandbox): the lessons' pointers to a benchmark check it there."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def ssl_quality_gains(result: dict, dataset: str, objectives: tuple[str, ...]) -> dict:
+    """(objective, seed) -> linear-probe gain in points over the same seed's random init, from a
+    committed ``ssl_quality`` result."""
+    rows = result["datasets"][dataset]
+    return {(name, int(seed)): run["linear_gain_points"]
+            for name in objectives for seed, run in rows[name]["seeds"].items()}

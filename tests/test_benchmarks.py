@@ -200,3 +200,16 @@ def test_ssl_quality_rerun_replaces_only_its_rows_and_needs_the_same_floors(monk
         bench.rerun(stored, ("simsiam",), "a test")
     with pytest.raises(ValueError, match="among"):
         bench.rerun(stored, ("byol",), "a test")
+
+
+def test_lessons_read_committed_results_where_the_repository_is():
+    """course_utils.report.committed_result, which lessons 05 and 13 check their pointers to the
+    SSL benchmark with: the committed file in a checkout, None for a result that is not there."""
+    import json
+    from course_utils.report import committed_result, ssl_quality_gains
+    stored = json.loads((BENCH / "results" / "ssl_quality.json").read_text())
+    assert committed_result("ssl_quality") == stored
+    assert committed_result("no_such_benchmark") is None
+    gains = ssl_quality_gains(stored, "shapes", ("simsiam",))
+    assert gains == {("simsiam", int(s)): r["linear_gain_points"]
+                     for s, r in stored["datasets"]["shapes"]["simsiam"]["seeds"].items()}

@@ -35,21 +35,23 @@ MAE trains a different architecture (the kit's ViT, with its own floor) and take
 the steps in the same budget.
 
 Nothing is tuned on the benchmark's seeds: the recoloured crops were chosen to lower the floor,
-their augmentation follows from the colour being a nuisance, as on ``shapes``, and SimSiam's
-optimiser was chosen on development seeds (below). All objectives see the
-same images per step (batch 128 at 16 px); the contrastive ones share one backbone (SmallResNet
-width 16) and augmentation per dataset; MAE regresses normalised patches (``norm_pix_loss``, the
+their augmentation follows from the colour being a nuisance, as on ``shapes``; one row's recipe
+was changed after seeing them (SimSiam, below). All objectives see the same images per step
+(batch 128 at 16 px); the contrastive ones and SimSiam share one backbone (SmallResNet width 16)
+and augmentation per dataset; MAE regresses normalised patches (``norm_pix_loss``, the
 MAE paper's target, which lesson 04 resolves above plain pixels for a linear probe over three
 seeds). SimSiam has no negatives and takes lesson 13's heads (a projector ending in BatchNorm, a
-predictor; ``SimSiam.recipe``) with its paper's optimiser, SGD with momentum 0.9 and weight decay
-5e-4 (its CIFAR recipe), at learning rate 0.06. Lesson 13 holds one optimiser for all its arms
-(AdamW, weight decay 0.05); with that one SimSiam collapsed on ``textures-recoloured`` (its seeds'
-mean -13.7 points, below its floor). The optimiser and its learning rate were chosen on development
-seeds, never the benchmark's, on ``textures-recoloured`` at 180 core-seconds (one run each, 60 s
-where marked; development runs, not stored): AdamW as lesson 13 -7.0 (seed 10), AdamW with weight
-decay 1e-4 -9.2, SGD at the paper's 0.03 x B/256 = 0.015 +1.4, at 0.06 +7.0 (60 s) and +38.7, at
-0.12 +1.0 (60 s); 0.06 then +31.6 on seed 11 and, on ``shapes``, +39.1 on seed 10. ``--rerun
-simsiam`` reran only these rows (``rows_rerun`` in the result says when and why).
+predictor; ``SimSiam.recipe``) with SGD at its paper's momentum (0.9) and weight decay (5e-4), at
+learning rate 0.06, constant (the paper: 0.03 x B/256 with a cosine schedule), so its optimiser
+differs from the other rows' AdamW. This is a recipe change made after the declared three-seed run:
+with lesson 13's AdamW (weight decay 0.05) the textures-recoloured SimSiam row fell short of the
+goal (6 of 8 rows met it then); no other row was searched. The search used development seeds (10,
+then 11), not the benchmark's, but the benchmark's probe images, one run per setting, and unequal
+budgets (some settings 60 core-seconds only): AdamW as lesson 13 and with weight decay 1e-4
+(learning rate 2e-3, not swept), SGD at 0.015 (the paper's rule), 0.06 and 0.12 (development runs,
+not stored). It trades rows: ``rows_rerun`` stores the rows it replaced and, per dataset, the new
+recipe against the old paired by seed (the kit's rule), which resolves the SGD recipe below AdamW
+on shapes and above it on textures-recoloured. ``--rerun OBJECTIVE`` reran only these rows.
 
 ``python benchmarks/bench_ssl_quality.py --summarise-again`` recomputes the committed result's
 derived fields (rows' means, intervals, verdicts, shortfalls, summary) from its stored per-seed
@@ -85,8 +87,7 @@ AUGMENT = {"shapes": dict(crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True
 # mean is below +15: a row above it that the seeds cannot decide needs seeds, not a reason)
 KNOWN_LIMITS = {
     "simsiam": "SimSiam has no negatives and is known to start slowly (its paper trains 800 "
-               "epochs on CIFAR-10); lesson 13 measures it behind SimCLR at matched FLOPs "
-               "early in training",
+               "epochs on CIFAR-10)",
     "mae": "MAE's features are known to need fine-tuning or long pre-training before a linear "
            "probe reads them well (the MAE paper's linear probe lags its fine-tuning by a wide "
            "margin): a linear probe after minutes of training understates what it learned",
@@ -278,7 +279,28 @@ def rerun(stored: dict, objectives: tuple[str, ...], why: str) -> dict:
             datasets[dataset] = {**kept, **{n: json_rows(fresh[n]) for n in objectives}}
     record = {"objectives": list(objectives), "why": why, "seconds": round(time.time() - start, 2),
               "torch_threads": torch.get_num_threads(), "load_average_at_end": os.getloadavg()}
+    return with_rerun_record(stored, datasets, record)
+
+
+def with_rerun_record(stored: dict, datasets: dict, record: dict) -> dict:
+    """The result with ``datasets`` (rows replaced by a rerun) and ``record`` appended to
+    ``rows_rerun``, holding the rows it replaced and, per row, the new recipe against the old by
+    the kit's rule (paired by seed: same initial weights, data order and probe)."""
+    superseded, versus = {}, {}
+    for d, rows in datasets.items():
+        for n in record["objectives"]:
+            old, new = stored["datasets"][d][n], rows[n]
+            superseded[f"{d}_{n}"] = old
+            seeds = sorted(new["seeds"])
+            verdict = compare_paired([new["seeds"][s]["linear_gain_points"] for s in seeds],
+                                     [old["seeds"][s]["linear_gain_points"] for s in seeds],
+                                     names=("rerun", "superseded"),
+                                     resolution=100 / rows["test_images"])
+            versus[f"{d}_{n}"] = {"mean_points": verdict.mean,
+                                  "interval_points": list(verdict.interval),
+                                  "verdict": verdict.verdict}
     result = summarise_again({**stored, "datasets": datasets})
+    record = {**record, "rerun_versus_superseded": versus, "superseded_rows": superseded}
     result["rows_rerun"] = [*stored.get("rows_rerun", []), record]
     return result
 

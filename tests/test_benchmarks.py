@@ -213,3 +213,26 @@ def test_lessons_read_committed_results_where_the_repository_is():
     gains = ssl_quality_gains(stored, "shapes", ("simsiam",))
     assert gains == {("simsiam", int(s)): r["linear_gain_points"]
                      for s, r in stored["datasets"]["shapes"]["simsiam"]["seeds"].items()}
+
+
+def test_a_rerun_keeps_the_rows_it_replaced_and_their_paired_verdict():
+    """The committed result's rows_rerun: each record holds the rows it replaced, and its verdict
+    of the new recipe against the old is the kit's rule on the stored per-seed gains. The module
+    docstring's reading of the SimSiam change: below AdamW on shapes, above it on textures."""
+    import json
+    from course_utils.compare import compare_paired
+    stored = json.loads((BENCH / "results" / "ssl_quality.json").read_text())
+    for record in stored["rows_rerun"]:
+        for key, old in record["superseded_rows"].items():
+            dataset, name = key.rsplit("_", 1)
+            new = stored["datasets"][dataset][name]
+            seeds = sorted(new["seeds"])
+            again = compare_paired([new["seeds"][s]["linear_gain_points"] for s in seeds],
+                                   [old["seeds"][s]["linear_gain_points"] for s in seeds],
+                                   names=("rerun", "superseded"),
+                                   resolution=100 / stored["datasets"][dataset]["test_images"])
+            assert record["rerun_versus_superseded"][key]["verdict"] == again.verdict
+            assert record["rerun_versus_superseded"][key]["mean_points"] == pytest.approx(again.mean)
+    versus = stored["rows_rerun"][-1]["rerun_versus_superseded"]
+    assert versus["shapes_simsiam"]["verdict"] == "superseded > rerun"
+    assert versus["textures-recoloured_simsiam"]["verdict"] == "rerun > superseded"

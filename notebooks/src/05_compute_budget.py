@@ -824,8 +824,9 @@ if cfg.alloc_check:
 #   MoCo, SimSiam and MAE a fixed budget of core-seconds each on the same kind of shapes, many
 #   times what a run here spends (a time budget, three seeds, no matched FLOPs); in its committed
 #   result (`benchmarks/results/ssl_quality.json`, read below where the repository is at hand)
-#   every one of them has left its random-init floor far behind on shapes, by at least the
-#   benchmark's +15 points on every seed. The small or negative self-supervised gains measured here say how slowly each
+#   SimCLR, MoCo and MAE, the objectives trained here, have left their random-init floors far
+#   behind on shapes, by at least the benchmark's +15 points on every seed (its optimizers are
+#   AdamW for each, with weight decay where this lesson's Adam has none). The small or negative self-supervised gains measured here say how slowly each
 #   starts, not where it ends; lesson 13 finds the same for SimSiam at matched FLOPs over several
 #   seeds.
 # - C ≈ 6ND holds for dense layers used once per token. It ignores attention's L²-term (large for
@@ -841,9 +842,9 @@ ssl = committed_result("ssl_quality")
 if ssl is None:
     print("benchmarks/results/ssl_quality.json is not here (the kit runs without its repository)")
 else:
-    ssl_gains = ssl_quality_gains(ssl, "shapes", ("simclr", "moco", "simsiam", "mae"))
+    ssl_gains = ssl_quality_gains(ssl, "shapes", ("simclr", "moco", "mae"))
     weakest = min(ssl_gains, key=ssl_gains.get)
-    print(f"SSL benchmark, shapes: every objective and seed gains {ssl_gains[weakest]:+.1f} points "
+    print(f"SSL benchmark, shapes: SimCLR, MoCo and MAE gain {ssl_gains[weakest]:+.1f} points "
           f"or more over its own random init (the least: {weakest[0]}, seed {weakest[1]})")
     assert ssl_gains[weakest] >= 15, ssl_gains
 

@@ -530,11 +530,12 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   reaches 91.8% on CIFAR-10 after 800 epochs in its paper; this lesson measures the start of
 #   training, where SimSiam starts slowly (claim 2 measures it here). The verdicts are about this budget, not
 #   about the methods' ceilings. The kit's SSL benchmark (`benchmarks/bench_ssl_quality.py`)
-#   trains each objective for 3 CPU-minutes on the same kind of shapes (three seeds, a time budget
-#   rather than matched FLOPs, many more steps than here, and SimSiam with its paper's optimizer:
-#   see *Recipe*); in its committed result (`benchmarks/results/ssl_quality.json`, read below
-#   where the repository is at hand) SimSiam has left the floor far behind, by at least the
-#   benchmark's +15 points on every seed: the slow start is a start.
+#   trains each objective for 3 minutes on 2 cores on the same kind of shapes (three seeds, a time
+#   budget rather than matched FLOPs, batch 128 on 10,000 images, many more steps than here). Its
+#   committed result (`benchmarks/results/ssl_quality.json`, read below where the repository is at
+#   hand) holds SimSiam with this lesson's AdamW (the rows a later rerun replaced) and with SGD
+#   (see *Recipe*): with either, SimSiam gains at least the benchmark's +15 points over its
+#   random-init floor on shapes, on every seed. The slow start is a start.
 # - **Why no collapse** is not settled by this lesson: we show that the stop-gradient (and the
 #   predictor) is necessary here, not why it is sufficient. BYOL relies on the same predictor and
 #   stop-gradient, with a momentum target on top; VICReg and Barlow Twins avoid collapse another
@@ -543,23 +544,36 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   method separately (SimSiam: SGD with a fixed predictor learning rate). Here SimSiam's
 #   predictor is as wide as d (the paper: a d/4 bottleneck) and its projector's last BatchNorm
 #   has a learned scale and shift (the official code's has none). A per-method recipe could move
-#   every number here: the kit's SSL benchmark gives SimSiam its paper's SGD, because with this
-#   lesson's AdamW it collapsed there on real-photo textures (below its random-init floor).
+#   every number here: the kit's SSL benchmark later gave SimSiam SGD (its paper's momentum and
+#   weight decay, a learning rate searched on development seeds), because with this lesson's AdamW
+#   its real-photo textures row fell short of the benchmark's goal; on shapes the change cost it
+#   a few points (both printed below, each as the kit's paired verdict over three seeds).
 # - **The ledger's saving** (no B² term) matters where the batch is large against the encoder's
 #   activations per image, the regime of lesson 02's gradient caching; at this lesson's batch the
 #   encoder's activations dominate both steps.
 
 # %%
-# evidence for the boundary's pointer: the SSL benchmark's committed SimSiam rows on shapes
+# evidence for the boundary's pointers: the SSL benchmark's committed SimSiam rows, AdamW and SGD
 ssl = committed_result("ssl_quality")
 if ssl is None:
     print("benchmarks/results/ssl_quality.json is not here (the kit runs without its repository)")
 else:
-    simsiam_gains = ssl_quality_gains(ssl, "shapes", ("simsiam",))
-    print("SSL benchmark, shapes, SimSiam's gain over its own random init: "
-          + ", ".join(f"seed {seed} {gain:+.1f}" for (_, seed), gain in simsiam_gains.items())
-          + " points")
-    assert min(simsiam_gains.values()) >= 15, simsiam_gains
+    change = next(r for r in ssl["rows_rerun"] if "simsiam" in r["objectives"])
+    for dataset in ("shapes", "textures-recoloured"):
+        adamw = change["superseded_rows"][f"{dataset}_simsiam"]
+        sgd = ssl["datasets"][dataset]["simsiam"]
+        versus = change["rerun_versus_superseded"][f"{dataset}_simsiam"]
+        gains = lambda row: ", ".join(f"{r['linear_gain_points']:+.1f}" for r in row["seeds"].values())  # noqa: E731
+        low, high = versus["interval_points"]
+        print(f"SSL benchmark, {dataset}, SimSiam over its random init, seeds 0-2: AdamW {gains(adamw)}; "
+              f"SGD {gains(sgd)}; SGD - AdamW {versus['mean_points']:+.1f} [{low:+.1f}, {high:+.1f}]: "
+              f"{versus['verdict'].replace('rerun', 'SGD').replace('superseded', 'AdamW')}")
+    shapes_rows = (change["superseded_rows"]["shapes_simsiam"], ssl["datasets"]["shapes"]["simsiam"])
+    # claim: with either optimizer, at least +15 on shapes on every seed
+    assert min(r["linear_gain_points"] for row in shapes_rows for r in row["seeds"].values()) >= 15
+    # claims: with AdamW the textures row fell short of the goal; on shapes SGD cost points
+    assert not change["superseded_rows"]["textures-recoloured_simsiam"]["goal_met"]
+    assert change["rerun_versus_superseded"]["shapes_simsiam"]["verdict"] == "superseded > rerun"
 
 # %% [markdown]
 # ## Exercises

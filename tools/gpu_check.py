@@ -53,6 +53,7 @@ import inspect
 import json
 import os
 import pkgutil
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -115,6 +116,14 @@ def _resolve(spec: str):
 def check_workers(backend: str, deadline: float, match: str = "", world_size: int = 1) -> list[dict]:
     from course_utils.distributed import launch
     rows, folders = [], {}
+    try:
+        return _run_workers(launch, backend, deadline, match, world_size, rows, folders)
+    finally:  # the workers' checkpoints: one folder per module, shared by its workers
+        for folder in folders.values():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_workers(launch, backend, deadline, match, world_size, rows, folders) -> list[dict]:
     for w in discover_workers():
         if match not in w["worker"]:
             continue

@@ -25,6 +25,7 @@ import os
 import pickle
 import queue as queue_module
 import re
+import shutil
 import signal
 import socket
 import tempfile
@@ -232,6 +233,7 @@ def launch(fn, world_size: int, *args, backend: str | None = None, timeout: floa
                         stack_dir)
     finally:
         _stop(processes)
+        shutil.rmtree(stack_dir, ignore_errors=True)  # read by _collect; a launch leaves nothing
 
 
 def _collect(processes, results, world_size, deadline, timeout, stack_dir):

@@ -271,8 +271,7 @@ def rerun(stored: dict, objectives: tuple[str, ...], why: str) -> dict:
             fresh = quality_on(dataset, config["train_core_seconds"], False, seeds, progress,
                                objectives)
             kept = stored["datasets"][dataset]
-            floors_now = {f: {str(s): v for s, v in by_seed.items()}
-                          for f, by_seed in fresh["random_init"].items()}
+            floors_now = json_rows(fresh["random_init"])
             if floors_now != kept["random_init"]:
                 raise ValueError(f"{dataset}: the random-init floors measured now differ from the "
                                  f"stored ones ({floors_now} vs {kept['random_init']}): rerun all rows")
@@ -306,7 +305,7 @@ def with_rerun_record(stored: dict, datasets: dict, record: dict) -> dict:
 
 
 def json_rows(row: dict) -> dict:
-    """A row as JSON stores it (seed keys as strings)."""
+    """A row (or the floors) as JSON stores it: seed keys as strings, floats exactly."""
     import json
     return json.loads(json.dumps(row))
 

@@ -53,7 +53,6 @@ import inspect
 import json
 import os
 import pkgutil
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -115,39 +114,34 @@ def _resolve(spec: str):
 # --------------------------------------------------------------------------- sections
 def check_workers(backend: str, deadline: float, match: str = "", world_size: int = 1) -> list[dict]:
     from course_utils.distributed import launch
-    rows, folders = [], {}
-    try:
-        return _run_workers(launch, backend, deadline, match, world_size, rows, folders)
-    finally:  # the workers' checkpoints: one folder per module, shared by its workers
-        for folder in folders.values():
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _run_workers(launch, backend, deadline, match, world_size, rows, folders) -> list[dict]:
-    for w in discover_workers():
-        if match not in w["worker"]:
-            continue
-        row = dict(w, world_size=world_size)
-        if not w["runnable"]:
-            row.update(status="skipped", why=f"needs arguments {w['needs']}")
-        elif w["min_world_size"] > world_size:
-            row.update(status="skipped", why=f"needs {w['min_world_size']} ranks, one GPU each "
-                       f"(NCCL refuses two ranks on one GPU); this machine gives {world_size}")
-        elif time.monotonic() > deadline:
-            row.update(status="skipped", why=BUDGET_SKIP)
-        else:
-            module = w["worker"].split(":")[0]
-            folder = folders.setdefault(module, tempfile.mkdtemp(prefix="gpu-check-"))
-            args = [folder for _ in w["needs"]]
-            start = time.perf_counter()
-            try:
-                result = launch(_resolve(w["worker"]), world_size, *args, backend=backend, timeout=180)
-                row.update(status="ok", summary=_summarise(result[0]))
-            except Exception as err:  # noqa: BLE001 - record and go on
-                row.update(status="failed", error=_tail(err))
-            row["seconds"] = round(time.perf_counter() - start, 2)
-        rows.append(row)
-        print(f"  worker {row['worker']}: {row['status']}", flush=True)
+    rows = []
+    # the workers' checkpoints: one folder per module, shared by its workers, all removed after
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as root:
+        for w in discover_workers():
+            if match not in w["worker"]:
+                continue
+            row = dict(w, world_size=world_size)
+            if not w["runnable"]:
+                row.update(status="skipped", why=f"needs arguments {w['needs']}")
+            elif w["min_world_size"] > world_size:
+                row.update(status="skipped", why=f"needs {w['min_world_size']} ranks, one GPU each "
+                           f"(NCCL refuses two ranks on one GPU); this machine gives {world_size}")
+            elif time.monotonic() > deadline:
+                row.update(status="skipped", why=BUDGET_SKIP)
+            else:
+                folder = Path(root) / w["worker"].split(":")[0]
+                folder.mkdir(exist_ok=True)
+                args = [str(folder) for _ in w["needs"]]
+                start = time.perf_counter()
+                try:
+                    result = launch(_resolve(w["worker"]), world_size, *args, backend=backend,
+                                    timeout=180)
+                    row.update(status="ok", summary=_summarise(result[0]))
+                except Exception as err:  # noqa: BLE001 - record and go on
+                    row.update(status="failed", error=_tail(err))
+                row["seconds"] = round(time.perf_counter() - start, 2)
+            rows.append(row)
+            print(f"  worker {row['worker']}: {row['status']}", flush=True)
     return rows
 
 

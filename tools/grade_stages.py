@@ -169,26 +169,28 @@ def _bundle(namespace: dict, fn) -> dict:
     return {"source": _function_source(fn), "helpers": helpers}
 
 
+def _prctl(option: int, value: int) -> bool:
+    """Linux's prctl(option, value); False where there is none (not Linux: the sandbox is not
+    available there either)."""
+    import ctypes
+    try:
+        ctypes.CDLL(None).prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
 def _not_dumpable() -> None:
     """The kernel this process starts runs as the same uid: without this it could take the
     channel to the grader out of this process (``pidfd_getfd``, ptrace)."""
-    import ctypes
-    try:
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
-    except (OSError, AttributeError):  # not Linux: the sandbox is not available there either
-        pass
+    _prctl(4, 0)  # PR_SET_DUMPABLE, 0
 
 
 def _die_with_parent(parent: int) -> None:
     """SIGKILL this process when its parent (PID ``parent``, read before the fork) dies
     (``PR_SET_PDEATHSIG``)."""
-    import ctypes
     import signal
-    try:
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux
-        return
-    if os.getppid() != parent:  # it died before the call
+    if _prctl(1, signal.SIGKILL) and os.getppid() != parent:  # it died before the call
         os._exit(1)
 
 
@@ -601,29 +603,8 @@ def _end_job(pid: int, folder: Path, own_namespace: bool) -> list:
         os.killpg(pid, signal.SIGKILL)  # the child's session (it called setsid)
     except (ProcessLookupError, PermissionError):
         pass
-    left: list = []
-    if own_namespace:  # a process that left the session: the namespace holds only grading's own
-        keep = {os.getpid(), pid}
-        ancestor = os.getpid()
-        while ancestor > 1:
-            ancestor = int(Path(f"/proc/{ancestor}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            keep.add(ancestor)
-        for _ in range(20):  # a process may fork while the previous pass kills
-            others = [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) not in keep]
-            if not others:
-                break
-            for other in others:
-                try:
-                    os.kill(other, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                try:
-                    os.waitpid(other, os.WNOHANG)  # the ones that were this process's
-                except ChildProcessError:
-                    pass
-            time.sleep(0.01)
-        else:
-            left.append(f"processes {others}")
+    # a process that left the session: in a namespace of its own, every process but grading's
+    left: list = _kill_the_rest_of_the_namespace(pid) if own_namespace else []
     shutil.rmtree(folder, ignore_errors=True)
     if folder.exists():
         left.append(folder)
@@ -633,6 +614,33 @@ def _end_job(pid: int, folder: Path, own_namespace: bool) -> list:
         for shared in (Path("/tmp"), Path("/dev/shm")):
             left += _empty(shared, mounts)
     return left
+
+
+def _kill_the_rest_of_the_namespace(child: int) -> list:
+    """SIGKILL every process of this PID namespace but this one, its ancestors (bwrap's) and the
+    exited ``child``, until none is left (a process may fork while a pass kills); what survived
+    twenty passes."""
+    import signal
+    keep = {os.getpid(), child}
+    ancestor = os.getpid()
+    while ancestor > 1:
+        ancestor = int(Path(f"/proc/{ancestor}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        keep.add(ancestor)
+    for _ in range(20):
+        others = [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) not in keep]
+        if not others:
+            return []
+        for other in others:
+            try:
+                os.kill(other, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                os.waitpid(other, os.WNOHANG)  # the ones that were this process's
+            except ChildProcessError:
+                pass
+        time.sleep(0.01)
+    return [f"processes {others}"]
 
 
 def _mount_point(line: str) -> Path:

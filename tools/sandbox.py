@@ -200,6 +200,11 @@ def _sandbox_uid() -> int:
     raise RuntimeError(f"all {hi - lo} sandbox uids are held by running sandboxes")
 
 
+def _release_uid(uid: int | None) -> None:
+    with _uid_lock:
+        _live_uids.discard(uid)
+
+
 def _processes_of(uid: int) -> int:
     """Threads now running under ``uid`` (RLIMIT_NPROC counts them all, not only the sandbox's)."""
     n = 0
@@ -328,9 +333,8 @@ class Running:
 
     def _release_uid(self) -> None:
         # bwrap has exited: the processes of its PID namespace are gone with it
-        with _uid_lock:
-            _live_uids.discard(self._uid)
-            self._uid = None
+        _release_uid(self._uid)
+        self._uid = None
 
     def kill(self) -> None:
         # bwrap's children die with it (--die-with-parent, then the PID namespace goes);
@@ -376,8 +380,7 @@ def start(argv: list[str], scratch: Path, *, readonly: list[Path] = (), hidden: 
     try:
         return _start(argv, scratch, readonly, hidden, limits, env, pass_fds, isolated, uid)
     except BaseException:
-        with _uid_lock:
-            _live_uids.discard(uid)
+        _release_uid(uid)
         raise
 
 

@@ -845,8 +845,9 @@ else:
     ssl_gains = ssl_quality_gains(ssl, "shapes", ("simclr", "moco", "mae"))
     weakest = min(ssl_gains, key=ssl_gains.get)
     print(f"SSL benchmark, shapes: SimCLR, MoCo and MAE gain {ssl_gains[weakest]:+.1f} points "
-          f"or more over its own random init (the least: {weakest[0]}, seed {weakest[1]})")
-    assert ssl_gains[weakest] >= 15, ssl_gains
+          f"or more over its own random init (the least: {weakest[0]}, seed {weakest[1]}; the "
+          f"benchmark's goal: +{ssl['config']['goal_gain_points']})")
+    assert ssl_gains[weakest] >= ssl["config"]["goal_gain_points"], ssl_gains
 
 # %% [markdown]
 # ## Exercises

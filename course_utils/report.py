@@ -100,11 +100,12 @@ def headline(**figures) -> None:
         Path(target).write_text(json.dumps(clean, indent=1, default=str))
 
 
-def committed_result(name: str) -> dict | None:
-    """The committed result of benchmark ``name`` (``benchmarks/results/<name>.json`` of the
-    repository the kit runs from), or None where the kit runs without its repository (installed
-    from a wheel, or in a grading sandbox): the lessons' pointers to a benchmark check it there."""
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / f"{name}.json"
+def committed_result(name: str, folder: str = "results") -> dict | None:
+    """The committed result ``name`` (``benchmarks/<folder>/<name>.json`` of the repository the
+    kit runs from: ``results`` for the benchmarks, ``gpu_runs`` for what GPU runs recorded), or
+    None where the kit runs without its repository (installed from a wheel, or in a grading
+    sandbox): the lessons' pointers to a benchmark check it there."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / folder / f"{name}.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
 

@@ -11,7 +11,6 @@ Optimizers come from ``course_utils.optim`` by name: "sgd-momentum" (SGD, moment
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import time
 import warnings
@@ -28,6 +27,7 @@ from course_utils.distributed.data_parallel import (average_gradients,
                                                     nt_xent_local_with_global_negatives,
                                                     synced_batch_norm, wrap_ddp)
 from course_utils.distributed.devices import worker_device
+from course_utils.distributed.train import full_parameters, params_sha256
 from course_utils.experiments.toys import (flat_grads, flat_params, global_batch, make_mlp, noisy_views,
                                            settings, shard)
 from course_utils.ledger import measure
@@ -124,8 +124,7 @@ def ddp_equivalence(rank: int, world_size: int, cfg: dict | None = None) -> dict
                          "max_abs_diff": diffs, "bitwise_equal": bitwise,
                          "param_scale": flat_params(single).abs().max().item(),
                          # every bit of this rank's final parameters, to compare across ranks
-                         "final_params_sha256": hashlib.sha256(
-                             flat_params(model).detach().cpu().numpy().tobytes()).hexdigest()}
+                         "final_params_sha256": params_sha256(full_parameters(model))}
     return out
 
 

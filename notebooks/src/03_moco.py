@@ -341,8 +341,8 @@ assert key_bytes == query_bytes and rec_moco.param_bytes == query_bytes + key_by
 assert rec_moco.grad_bytes == query_bytes and rec_moco.optimizer_bytes == 2 * query_bytes
 # arithmetic of the configuration (parameter counts and shapes, not measurements):
 assert key_bytes > queue_bytes, "in this configuration the key-encoder copy outweighs the queue"
-assert all(2.5 < b / paper_queue_bytes < 3.5 for b in (paper_key_bytes, paper_key_bytes_v2)), \
-    "paper scale: a ResNet-50 copy (v1 or v2 head) about 3x the queue"
+assert 2.5 < paper_key_bytes / paper_queue_bytes < paper_key_bytes_v2 / paper_queue_bytes < 3.5, \
+    "paper scale: a ResNet-50 copy is 2.5x to 3.5x the queue, more with v2's MLP head than v1's linear one"
 # measured:
 assert in_batch_vs_queue > 100, "K in-batch negatives cost over two orders of magnitude more than K keys"
 assert rec_moco.encoded["key encoder images"] == cfg.batch  # keys: encoded, never back-propagated
@@ -532,11 +532,12 @@ show_table(staleness)
 slow, fast = staleness
 kb = math.ceil(cfg.queue / cfg.batch)
 loss_after_fill = sum(main["history"].series("loss")[kb:2 * kb]) / kb   # steps K/B+1 .. 2K/B
+main_first_loss = main["history"].series("loss")[0]
 print(f"At step {cfg.stale_steps}, a queue entry of the maximal age {slow['max age in queue']} carries "
       f"cosine {slow['cos at max age']:.3f} to today's key with m=0.99 and {fast['cos at max age']:.3f} "
       f"with m=0 (same steps, same data). Main run's loss over steps {kb + 1}-{2 * kb}, once real keys "
-      f"fill the queue: {loss_after_fill:.3f} (log(1+K) = {log_1k:.3f}; the worked example's first step: {start_loss:.3f}): "
-      f"it has risen {100 * (loss_after_fill - start_loss) / (log_1k - start_loss):.0f}% of the way from the first "
+      f"fill the queue: {loss_after_fill:.3f} (log(1+K) = {log_1k:.3f}; its first step: {main_first_loss:.3f}): "
+      f"it has risen {100 * (loss_after_fill - main_first_loss) / (log_1k - main_first_loss):.0f}% of the way from the first "
       f"step's loss to log(1+K) and sits {log_1k - loss_after_fill:.2f} nats below it.")
 
 
@@ -547,6 +548,7 @@ def cos_at_max_age(run):
 recipe_runs = {s: main if s == cfg.seed else reseeded[s] for s in cfg.seeds}   # m = 0.99, every seed
 cos_m099 = {s: cos_at_max_age(run) for s, run in recipe_runs.items()}
 fill_loss = {s: sum(run["history"].series("loss")[kb:2 * kb]) / kb for s, run in recipe_runs.items()}
+first_loss = {s: run["history"].series("loss")[0] for s, run in recipe_runs.items()}   # each seed's own step 1
 # the control: the same seeds and steps with the queue drawn at random after every step
 random_queue_loss = {s: sum(results["random queue", s]["history"].series("loss")[kb:2 * kb]) / kb
                      for s in cfg.seeds}
@@ -559,9 +561,11 @@ show_table([{"seed": s, "cos at max age, m=0.99": cos_m099[s], "cos at max age, 
 print(f"loss over steps {kb + 1}-{2 * kb}, paired by seed: " + queue_fill_comparison.describe(digits=3))
 print("oldest queue key against today's, paired by seed: " + staleness_comparison.describe(digits=3))
 if cfg.stale_cos_m099_min is not None:
-    print(f"Thresholds asserted below on every seed: cos at max age >= {cfg.stale_cos_m099_min} (m=0.99), "
+    print(f"Thresholds asserted below: cos at max age >= {cfg.stale_cos_m099_min} (m=0.99) on seeds "
+          f"{list(cfg.seeds[1:])} (seed {cfg.seeds[0]}'s run set it), "
           f"and m = 0.99 above m = 0 by the paired interval; loss over steps {kb + 1}-{2 * kb} within {cfg.loss_climb_tol} nats "
-          "of log(1+K) and more than half the way up from the first step's loss, on every seed.")
+          "of log(1+K) and more than half the way up from that seed's own first-step loss, on every seed "
+          f"(first steps: {', '.join(f'{v:.3f}' for v in first_loss.values())}).")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -571,13 +575,15 @@ assert slow["max age in queue"] == fast["max age in queue"] == expected_max_age,
 assert fast["cos at max age"] < fast["cos at age 1"], "keys go stale with age"
 if cfg.stale_cos_m099_min is not None:    # CI: a handful of steps, the encoder barely moves
     assert staleness_comparison.verdict == "m=0.99 > m=0", staleness_comparison.describe(digits=3)
-    assert min(cos_m099.values()) >= cfg.stale_cos_m099_min, "m=0.99: the oldest key still matches today's"
+    # the threshold was read off seed 0's run: held on the seeds that did not set it
+    assert min(cos_m099[s] for s in cfg.seeds[1:]) >= cfg.stale_cos_m099_min, \
+        "m=0.99: the oldest key still matches today's"
 if cfg.loss_climb_tol is not None:
     assert start_loss < log_1k - 0.5, "the first loss is clearly below log(1+K)"
     assert all(abs(v - log_1k) < cfg.loss_climb_tol for v in fill_loss.values()), \
         ("once the random queue is replaced by real keys the loss is near log(1+K), every seed", fill_loss)
-    assert all(v - start_loss > 0.5 * (log_1k - start_loss) for v in fill_loss.values()), \
-        ("the loss rises toward log(1+K), every seed", fill_loss)
+    assert all(fill_loss[s] - first_loss[s] > 0.5 * (log_1k - first_loss[s]) for s in cfg.seeds), \
+        ("the loss rises toward log(1+K) from each seed's own first step", fill_loss, first_loss)
     # ... because the queue now holds real keys: with a random queue the same steps stay low
     assert queue_fill_comparison.verdict == "real keys in the queue > a random queue", queue_fill_comparison.describe()
     assert queue_fill_comparison.mean > 0.5, queue_fill_comparison.describe()
@@ -589,8 +595,8 @@ if cfg.loss_climb_tol is not None:
 # key has drifted further: the key encoder jumps with every update, so the keys in the queue come
 # from many different encoders. Asserted over every seed, each m = 0 arm paired with the main
 # recipe of its seed: the paired difference of the oldest key's cosine resolves m = 0.99 above
-# m = 0, and at default every seed's m = 0.99 arm stays at or above `stale_cos_m099_min` (read
-# off seed 0's run, then held on the four seeds that did not set it). How far the m = 0 arms
+# m = 0, and at default the m = 0.99 arms stay at or above `stale_cos_m099_min` (read off seed
+# 0's run, then asserted on the other seeds of `cfg.seeds`, which did not set it). How far the m = 0 arms
 # drift varies a lot from seed to seed (printed), so no bound is asserted on them alone. The paper reports that training then fails (m = 0: no
 # convergence) and attributes it to the rapidly changing encoder reducing the keys'
 # consistency. *Why* inconsistency breaks training — for instance, that the query learns to tell
@@ -649,7 +655,7 @@ if cfg.late_gain_claim:                 # a preset whose seeds resolve it: the l
 # (m = 0.99) beats the same encoder at random init, decided by the interval, by at least
 # `min_probe_gain` on average after `cfg.steps` steps (CI trains too few steps to claim
 # anything). One seed alone would mislead: the table shows how far apart the seeds land, and the
-# interval printed above decides; its width is why the default preset runs five seeds. The second
+# interval printed above decides; its width is why the default preset runs more than three seeds. The second
 # comparison asks when the gain arrives, seed by seed: what steps `sweep_steps`+1 to `steps` add
 # against what steps 1 to `sweep_steps` did (equal windows at the default scale). Its verdict is
 # printed above and is not asserted unless a preset sets `late_gain_claim` (a null is not
@@ -827,8 +833,6 @@ shuf, unshuf = shuffle_rows
 loss_key, lin_key = f"loss, last {tail} of {cfg.sweep_steps} steps", f"linear @ {cfg.sweep_steps}"
 print(f"unshuffled minus shuffled after {cfg.sweep_steps} steps: loss {unshuf[loss_key] - shuf[loss_key]:+.3f}, "
       f"linear probe {100 * (unshuf[lin_key] - shuf[lin_key]):+.1f} points")
-shuffle_loss_gap = shuf[loss_key] - unshuf[loss_key]
-shuffle_probe_gap = unshuf[lin_key] - shuf[lin_key]
 
 # the fingerprint itself: with each arm's weights after the same sweep_steps updates (the main
 # run's copy at that step), how close is a query to its own key
@@ -1125,6 +1129,4 @@ headline(
     moco_gain_interval_points=[100 * v for v in moco_vs_init.interval],
     moco_gain_verdict=moco_vs_init.verdict,
     late_gain_verdict=late_vs_early.verdict,
-    shuffle_off_loss_diff_one_seed=shuffle_loss_gap,
-    shuffle_off_probe_diff_one_seed=shuffle_probe_gap,
 )

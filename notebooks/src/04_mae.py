@@ -25,12 +25,13 @@ SCALE = os.environ.get("COURSE_SCALE") or auto_scale()  # "gpu" on a CUDA runtim
 STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your exercises' numbers are drawn from it
 
 # %%
+import re
 import time
 
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils.compare import NOT_RESOLVED, compare_paired
+from course_utils.compare import compare_paired
 from course_utils.data import TEXTURE_CLASSES, available_photos, load_dataset, load_photo
 from course_utils.evaluate import probe_encoder
 from course_utils.ledger import measure, utilisation
@@ -39,7 +40,7 @@ from course_utils.objectives.mae import (MAE, interpolate_masked, masked_mse, pa
                                          random_masking, restore_order)
 from course_utils.objectives import make_step
 from course_utils.plots import image_grid, plot_curves
-from course_utils.report import headline, show_table
+from course_utils.report import committed_result, headline, show_table
 from course_utils.runtime import map_runs, setup
 from course_utils.scales import config
 from course_utils.train import fit
@@ -52,15 +53,17 @@ cfg = config(
             timing_dim=32, timing_depth=2, timing_batch=8,
             ledger_depths=[1, 2], encoder_kept_range=None, step_kept_range=None,
             photo_draws=2, sweep_ratios=[0.5, 0.75], claim_trends=False, min_loss_drop=None,
-            interpolation_wins=None, norm_pix_verdict=None, mae_vs_random_verdict=None,
+            norm_pix_verdict=None, mae_above_random_claimed=None,
             photo_verdicts=None, ratio_verdicts=None, dataset="textures", probe_seeds=[0, 1, 2], probe_steps=4),
     default=dict(image_size=32, patch=4, dim=64, depth=4, batch=64, steps=1000, lr=1.5e-3, limit=None,
                  timing_dim=128, timing_depth=8, timing_batch=64,
-                 ledger_depths=[1, 2, 4, 8], encoder_kept_range=(4.0, 5.0), step_kept_range=(2.0, 3.0),
+                 # encoder_kept_range's lower bound is 1/(1−r), read from the model
+                 ledger_depths=[1, 2, 4, 8], encoder_kept_range=(None, 5.0), step_kept_range=(2.0, 3.0),
                  photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=True,
-                 min_loss_drop=0.8, interpolation_wins=True, norm_pix_verdict="norm_pix_loss > pixels",
-                 # measured at default: neither MAE arm is placed above its random init
-                 mae_vs_random_verdict=NOT_RESOLVED,
+                 min_loss_drop=0.8, norm_pix_verdict="norm_pix_loss > pixels",
+                 # measured at default: neither MAE arm is placed above its random init (False:
+                 # asserted that neither verdict is "... > random init"; below it is allowed)
+                 mae_above_random_claimed=False,
                  # the photo comparison from the probe seeds, as measured at default (see the prose)
                  photo_verdicts={"mean visible patch": "mean visible patch error > MAE error",
                                  "nearest visible pixel": "MAE error > nearest visible pixel error",
@@ -73,8 +76,8 @@ cfg = config(
              timing_dim=192, timing_depth=12, timing_batch=256,
              ledger_depths=[2, 4, 8, 16], encoder_kept_range=None, step_kept_range=None,
              photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=False,
-             min_loss_drop=None, interpolation_wins=None, norm_pix_verdict=None,
-             mae_vs_random_verdict=None, photo_verdicts=None, ratio_verdicts=None, dataset="cifar10", probe_seeds=[0, 1, 2],
+             min_loss_drop=None, norm_pix_verdict=None,
+             mae_above_random_claimed=None, photo_verdicts=None, ratio_verdicts=None, dataset="cifar10", probe_seeds=[0, 1, 2],
              probe_steps=1000),
 )
 device = setup(SCALE, seed=cfg.seed)
@@ -293,7 +296,7 @@ decoder_dim, decoder_depth = model.decoder.embed.out_features, len(model.decoder
 fig, ax = plt.subplots(figsize=(5.5, 3))
 ax.plot(cfg.ledger_depths, [r["encoder ratio"] for r in kept_rows], "o--", label="encoder alone")
 ax.plot(cfg.ledger_depths, [r["step ratio"] for r in kept_rows], "o-", label="whole step")
-ax.axhline(1 / (1 - 0.75), color="gray", lw=0.8, label="1/(1−r)")
+ax.axhline(1 / (1 - model.mask_ratio), color="gray", lw=0.8, label="1/(1−r)")
 ax.set_xlabel("encoder blocks (decoder: 1 block)")
 ax.set_ylabel("kept for backward:\nmask tokens / visible only")
 ax.set_xscale("log", base=2)
@@ -301,13 +304,13 @@ ax.legend()
 plt.show()
 print(f"{cfg.depth}-block, {cfg.dim}-wide encoder with a {decoder_depth}-block, {decoder_dim}-wide decoder: "
       f"the whole step keeps {step_kept_ratio:.2f}x fewer bytes with visible-only encoding; the encoder alone "
-      f"{encoder_kept_ratio:.2f}x (1/(1−r) = {1 / (1 - 0.75):.0f}x); everything else keeps "
+      f"{encoder_kept_ratio:.2f}x (1/(1−r) = {1 / (1 - model.mask_ratio):.0f}x); everything else keeps "
       f"{lesson['rest MB (visible)']:.1f} MB vs {lesson['rest MB (mask tok.)']:.1f} MB (ratio {rest_ratio:.2f}, "
       f"asserted within {REST_TOLERANCE:.0%} of 1 where checked)")
 print("encoder alone, by depth: " + ", ".join(f"{r['encoder blocks']} blocks {r['encoder ratio']:.2f}x" for r in kept_rows)
       + "; whole step / encoder alone: " + ", ".join(f"{r['step ratio'] / r['encoder ratio']:.2f}" for r in kept_rows))
 if cfg.encoder_kept_range is not None:
-    print(f"asserted at this scale: encoder alone within {cfg.encoder_kept_range[0]}x–{cfg.encoder_kept_range[1]}x, "
+    print(f"asserted at this scale: encoder alone within {1 / (1 - model.mask_ratio):.1f}x (1/(1−r))–{cfg.encoder_kept_range[1]}x, "
           f"whole step within {cfg.step_kept_range[0]}x–{cfg.step_kept_range[1]}x at {cfg.depth} blocks; "
           "both ratios rise with depth")
 
@@ -330,7 +333,7 @@ if cfg.encoder_kept_range is not None:
 # identity, not evidence: step = encoder + rest in both arms, so the step ratio is a weighted mean
 assert min(1.0 / rest_ratio, encoder_kept_ratio) <= step_kept_ratio <= max(1.0 / rest_ratio, encoder_kept_ratio)
 if cfg.encoder_kept_range is not None:
-    lo, hi = cfg.encoder_kept_range
+    lo, hi = 1 / (1 - model.mask_ratio), cfg.encoder_kept_range[1]   # "at least 1/(1−r)"
     assert lo <= encoder_kept_ratio <= hi, f"encoder alone: {encoder_kept_ratio:.2f}x, expected {lo}x–{hi}x"
     assert abs(rest_ratio - 1) <= REST_TOLERANCE, f"decoder + loss should keep about the same bytes in both arms: {rest_ratio:.2f}"
     encoder_ratios = [r["encoder ratio"] for r in kept_rows]
@@ -354,10 +357,10 @@ if cfg.step_kept_range is not None:
 # visible-only step at least 3x faster at its configuration, with the committed result in
 # `benchmarks/results/objectives.json`). At CI scale the models are too small for the timing to
 # mean anything. On a GPU, expect far less than the FLOP ratio at
-# this size: the first GPU run (an H200, 2026-12-04; its printed lines are kept in the
-# repository's benchmarks/gpu_runs/step_times.json, cited here, not re-measured) measured this
-# cell at gpu scale 1.25× faster for 4.07× fewer FLOPs, at 15.6% (mask tokens in the encoder)
-# and 4.8% (visible only) of the chip's measured fp32 matmul peak. Our reading, not
+# this size: the first GPU run (an H200; its printed lines are kept in the repository's
+# benchmarks/gpu_runs/step_times.json and printed below this run's, cited, not re-measured)
+# found visible-only encoding much less faster than its FLOP ratio, both arms far below the
+# chip's measured fp32 matmul peak (the assert checks the stored lines say so). Our reading, not
 # tested here: a step this small is bound by kernel launches, which visible-only encoding does
 # not remove, and the paper's wall-clock gain needs an encoder large enough to be bound by
 # arithmetic.
@@ -397,6 +400,14 @@ print(f"mask tokens in encoder {t_full * 1e3:.0f} ms/step, visible only {t_visib
 for arm, t, f in (("mask tokens in encoder", t_full, flops_full), ("visible only", t_visible, flops_visible)):
     u = utilisation(f, t, device)   # against this machine's measured matmul peak
     print(f"{arm}: {u['flops_per_second'] / 1e9:.1f} GFLOP/s achieved, MFU {u['mfu']:.1%} of {u['peak_flops'] / 1e9:.0f} GFLOP/s")
+gpu_runs = committed_result("step_times", folder="gpu_runs")   # None outside the repository
+if gpu_runs is not None:
+    h200 = next(r for r in gpu_runs["runs"] if r["lesson"] == "04_mae" and "output" in r)
+    print(f"\nthe first GPU run ({h200['device']}, {h200['date']}), this cell at gpu scale, printed:")
+    print("\n".join("  " + line for line in h200["output"]))
+    h200_speedup, h200_flop_ratio = map(float, re.search(r"([\d.]+)x faster.*?([\d.]+)x fewer", h200["output"][1]).groups())
+    h200_mfus = [float(m) for m in re.findall(r"MFU ([\d.]+)%", " ".join(h200["output"]))]
+    assert h200_speedup < h200_flop_ratio / 2 and max(h200_mfus) < 50, (h200_speedup, h200_flop_ratio, h200_mfus)
 
 # %% [markdown]
 # ### Training, then reconstructing photos the model never saw
@@ -465,11 +476,11 @@ print("unseen photos:", ", ".join(unseen))
 # steps each, paired by seed) fill with less error than the mean visible patch and with more
 # than either interpolation, resolved and asserted at the default scale. Those intervals cover
 # the training seeds only: every seed is scored on the same unseen photos (listed below) with the
-# same mask draws, so the verdicts are about these photos and masks, not photos in general. This one longer-trained
-# model comes about as close as copying the nearest visible pixel and stays worse than
-# inverse-distance interpolation (the cell below prints the figures and the tolerances it
-# asserts for it); the shorter-trained seeds are resolved worse than nearest-pixel too, so
-# "about as good as the nearest pixel" is this model's, not a general result. Our reading, which no assert
+# same mask draws, so the verdicts are about these photos and masks, not photos in general. The
+# one longer-trained model above (`cfg.steps` steps) is a single seed: its errors against the
+# fills are printed in the cell below, and no claim rests on them (one reseed could move it past
+# a fill); the claims are the shorter-trained seeds'. What the cell asserts of this run is only
+# that training lowered its masked-patch error, by a margin no reseed approaches. Our reading, which no assert
 # checks: a model this small, trained this briefly (configuration printed below), has learned
 # little more than smooth in-filling of colour, which interpolation does for free (the
 # reconstructions are blurry colour layouts). The asserts check the error comparisons only.
@@ -479,23 +490,16 @@ print("unseen photos:", ", ".join(unseen))
 # %%
 losses = history.series("loss")
 first, last = sum(losses[:10]) / len(losses[:10]), sum(losses[-10:]) / len(losses[-10:])
-NEAREST_TOLERANCE = 0.15    # "about as good as the nearest visible pixel": within 15%
 print(f"trained: {cfg.depth}-block, {cfg.dim}-wide ViT, {cfg.steps} steps of batch {cfg.batch} "
       f"on {cfg.image_size}-pixel crops")
 print(f"masked-patch MSE: first 10 steps {first:.4f}, last 10 steps {last:.4f} ({first / last:.1f}-fold lower)")
 print(f"unseen photos: MAE / nearest visible pixel = {photo_errors['MAE'] / photo_errors['nearest visible pixel']:.2f}, "
       f"MAE / inverse-distance = {photo_errors['MAE'] / photo_errors['inverse-distance']:.2f}, "
       f"MAE / mean visible patch = {photo_errors['MAE'] / photo_errors['mean visible patch']:.2f}")
+print("one seed: the ratios to the fills are printed, not asserted (the probe section's seeds decide them)")
 if cfg.min_loss_drop is not None:
-    print(f"asserted at this scale: more than {1 / (1 - cfg.min_loss_drop):.0f}-fold lower; below the mean visible "
-          f"patch; above inverse-distance; within {NEAREST_TOLERANCE:.0%} of the nearest visible pixel")
-if cfg.min_loss_drop is not None:
+    print(f"asserted at this scale: more than {1 / (1 - cfg.min_loss_drop):.0f}-fold lower")
     assert last < (1 - cfg.min_loss_drop) * first, (first, last)
-    assert photo_errors["MAE"] < photo_errors["mean visible patch"], photo_errors
-if cfg.interpolation_wins is not None:
-    assert (photo_errors["inverse-distance"] < photo_errors["MAE"]) == cfg.interpolation_wins, photo_errors
-    if cfg.interpolation_wins:
-        assert abs(photo_errors["MAE"] / photo_errors["nearest visible pixel"] - 1) < NEAREST_TOLERANCE, photo_errors
 
 # %% [markdown]
 # ### Linear probe, and `norm_pix_loss` on vs off
@@ -594,9 +598,9 @@ assert same_start, "both MAE arms of a seed must start from the same weights"
 if cfg.norm_pix_verdict is not None:   # the one direction the seeds resolve here (printed above)
     assert norm_vs_pixels.verdict == cfg.norm_pix_verdict, norm_vs_pixels.describe(100, " points")
     assert all(d > 0 for d in norm_vs_pixels.differences), "every seed's difference on the same side"
-if cfg.mae_vs_random_verdict is not None:   # neither arm placed above (or below) its random init
+if cfg.mae_above_random_claimed is False:   # neither arm placed above its random init
     for comparison in (mae_vs_random, norm_vs_random):
-        assert comparison.verdict == cfg.mae_vs_random_verdict, comparison.describe(100, " points")
+        assert comparison.verdict != f"{comparison.names[0]} > random init", comparison.describe(100, " points")
 if cfg.photo_verdicts is not None:   # the photo claims, decided by the seeds
     for fill, verdict in cfg.photo_verdicts.items():
         assert photo_comparisons[fill].verdict == verdict, photo_comparisons[fill].describe()
@@ -606,8 +610,8 @@ if cfg.photo_verdicts is not None:   # the photo claims, decided by the seeds
 # verdict it allows. At the teaching scale the seeds resolve one direction, asserted: the
 # normalised-pixel target (`norm_pix_loss`, the paper's choice) gives a better linear probe than
 # plain pixels, with every seed's difference on the same side. Neither MAE arm is resolved above
-# its own random init after `cfg.probe_steps` steps at the default scale (asserted there, with the
-# intervals printed above: read their signs, a plain-pixel arm whose mean sits below its floor
+# its own random init after `cfg.probe_steps` steps at the default scale (asserted there; an arm
+# resolved *below* it would not fail the assert, and the verdicts are printed above: read their signs, a plain-pixel arm whose mean sits below its floor
 # means "norm_pix_loss > pixels" says the normalised target does less harm or more good than
 # plain pixels, not that either has learned features a linear probe can use; a "not resolved"
 # is not evidence that MAE learns nothing, only that three seeds at this budget cannot place its
@@ -631,10 +635,9 @@ if cfg.photo_verdicts is not None:   # the photo claims, decided by the seeds
 # the ratio (asserted). Whether a trained MAE's error follows it is decided by the three
 # pixel-target MAEs of the probe section (`cfg.probe_steps` steps each at 0.75), each evaluated
 # at every ratio with the same masks, paired by seed, one comparison per step of the ratio; the
-# longer-trained model above is plotted beside them, one model, printed only. At the default
-# scale the seeds' error rises at every step of the ratio too (asserted), 0.25 to 0.5 included,
-# where the one longer-trained model's curve dips slightly (printed): a single model's shape is not
-# a finding.
+# longer-trained model above is plotted beside them, one model, printed only: a single model's
+# shape is not a finding. At the default scale the seeds' error rises at every step of the ratio
+# too (asserted).
 
 # %%
 sweep = []

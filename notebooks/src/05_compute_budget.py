@@ -49,7 +49,7 @@ from course_utils.train import TrainState, fit
 # at this scale". CI's budgets are a few steps; the gpu scale has not been run against these
 # claims, so it makes none (its numbers are printed, not asserted).
 NO_CLAIMS = dict(labels_win=False, supervised_learns=False, mae_starts_below_floor=False, alloc_check=False,
-                 floor_verdicts=None)
+                 none_above_floor=False)
 cfg = config(
     SCALE,
     # budgets_gflops: nested training budgets of the matched comparison (one run per objective and
@@ -69,11 +69,9 @@ cfg = config(
                  alloc_batch=256, alloc_seeds=[0, 1, 2], alloc_test_seeds=[3, 4, 5], queue_flops_max=0.02,
                  # claims the default run is asserted against, each decided by paired seeds
                  labels_win=True, supervised_learns=True, mae_starts_below_floor=True,
-                 # each self-supervised run against its floor at each budget, as the default run
-                 # resolved it (map_runs: one thread per run, the same verdicts wherever it runs);
-                 # "objective@budget" -> verdict, every other pair not resolved
-                 floor_verdicts={"MoCo@300": "random init > MoCo", "MAE@150": "random init > MAE",
-                                 "MAE@300": "random init > MAE"},
+                 # no self-supervised run resolved above its floor at any budget (the other
+                 # verdicts are printed: nine correlated tests at 95% resolve one by chance often)
+                 none_above_floor=True,
                  alloc_check=True),
     gpu=dict(image_size=32, width=64, vit_dim=192, decoder_dim=32, batch=256,
              budgets_gflops=[15_000.0, 30_000.0, 60_000.0], seeds=[0, 1, 2],
@@ -101,7 +99,7 @@ num_classes = len(train.classes)
 # "Use more data and a bigger model" is not a plan. Each objective spends a step's compute in a
 # different place — on extra views, on a key encoder without backward, on fewer patches (MoCo's
 # queue of old keys costs memory, and almost no FLOPs) — so the same budget buys very different
-# amounts of learning signal. And a fixed budget must be split between model size and training
+# numbers of steps and of images seen. And a fixed budget must be split between model size and training
 # length: too large a model gets too few steps, too small a model cannot use the data it is given.
 
 # %% [markdown]
@@ -123,6 +121,9 @@ FAMILY = {"supervised ResNet": "ResNet", "SimCLR": "ResNet", "MoCo": "ResNet",
 BASELINE = {"ResNet": "supervised ResNet", "ViT": "supervised ViT"}
 
 
+MAE_MASK_RATIO = 0.75   # the MAE paper's
+
+
 def build(name, seed=cfg.seed):
     """-> (objective, optimizer, step): one constructor call per objective, one step builder.
     Within a family only the objective (and its head) differs: backbone, optimizer, LR, data and
@@ -133,7 +134,7 @@ def build(name, seed=cfg.seed):
     generator = torch.Generator().manual_seed(seed)
     if FAMILY[name] == "ViT":
         vit = ViT(image_size=cfg.image_size, patch_size=4, dim=cfg.vit_dim, depth=4, heads=4)
-        model = (MAE(vit, mask_ratio=0.75, decoder_dim=cfg.decoder_dim) if name == "MAE" else
+        model = (MAE(vit, mask_ratio=MAE_MASK_RATIO, decoder_dim=cfg.decoder_dim) if name == "MAE" else
                  Supervised(vit, nn.Linear(vit.feature_dim, num_classes))).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=1.5e-3, weight_decay=0.05)
         # no augmentation in the ViT family: MAE's masking is its own corruption
@@ -236,7 +237,7 @@ print("MFU (ledger FLOPs / step time, against this machine's matmul peak):",
 # sixteenth of the attention matmuls, which grow with tokens².
 sup_vit, mae = vit_parts["supervised ViT"], vit_parts["MAE"]
 attention_share = sup_vit["attention_matmuls"] / sup_vit["blocks"]
-visible = 1 - 0.75
+visible = 1 - MAE_MASK_RATIO
 mae_blocks_predicted = (1 - attention_share) * visible + attention_share * visible ** 2
 mae_blocks_measured = mae["blocks"] / sup_vit["blocks"]
 mae_decoder_share = mae["decoder"] / mae["total"]
@@ -248,7 +249,7 @@ queue_logit_share = 4 * cfg.batch * queue_size * key_dim / rec["MoCo"].flops
 # bookkeeping, not evidence: the ledger counts what the objectives were built to do
 assert rec["SimCLR"].encoded["encoder images"] == 2 * cfg.batch              # two views, both with backward
 assert rec["MoCo"].encoded["encoder images"] == rec["MoCo"].encoded["key encoder images"] == cfg.batch
-assert rec["MAE"].encoded["encoder tokens"] == cfg.batch * int(L * 0.25)     # a quarter of the patches
+assert rec["MAE"].encoded["encoder tokens"] == cfg.batch * int(L * visible)  # the visible patches
 assert rec["MoCo"].cache_bytes >= queue_size * key_dim * 4 and rec["SimCLR"].cache_bytes == 0
 assert vit_parts["MAE"]["total"] == rec["MAE"].flops                          # one counter, two readings
 # two views through one encoder, both with backward: about twice one view, by construction
@@ -415,9 +416,11 @@ if cfg.mae_starts_below_floor:   # MAE's first steps make the features worse for
     c = left_floor[("MAE", first)]
     assert c.verdict == "random init > MAE", c.describe()
     assert not any(left_floor[(n, first)].verdict == f"{n} > random init" for n in SSL_BASELINE), left_floor
-if cfg.floor_verdicts is not None:   # every self-supervised run against its floor, as the default run resolved it
+if cfg.none_above_floor:   # no self-supervised run placed above its floor at these budgets
     for (name, b), c in left_floor.items():
-        assert c.verdict == cfg.floor_verdicts.get(f"{name}@{b:g}", NOT_RESOLVED), (name, b, c.describe())
+        assert c.verdict != f"{name} > random init", (name, b, c.describe())
+# MAE's steps have fewer FLOPs than the supervised ViT's, so the same budget buys it more steps
+assert flops_vs_supervised["MAE"] < 1 and mae_vs_vit_steps > 1, (flops_vs_supervised["MAE"], mae_vs_vit_steps)
 if cfg.supervised_learns:  # ... and the supervised runs do learn, more by the last budget than the first
     for sup in BASELINE.values():
         for c in (supervised_gain[sup], supervised_grows[sup]):
@@ -448,15 +451,17 @@ print(f"For the same FLOPs MAE took {mae_vs_vit_seconds:.2f}x the core-seconds o
 # earlier budgets' too, where not every one is resolved).
 #
 # Whether each self-supervised run has left its floor is printed budget by budget as a verdict,
-# and the resolved ones are listed above. At the default scale every one of these verdicts is
-# asserted (`floor_verdicts`): none is resolved above its floor; MAE's probe is resolved *below*
-# its random init at the first budgets (its first steps make the features worse for a linear
-# probe than the network as built), and MoCo's at one budget too; the rest are not resolved.
+# and the resolved ones are listed above. At the default scale two things are asserted: none is
+# resolved above its floor (`none_above_floor`), and MAE's probe is resolved *below* its random
+# init at the first budget (its first steps make the features worse for a linear probe than the
+# network as built). The other verdicts are printed, not asserted: with nine correlated
+# comparisons at 95%, one resolved by chance would be no surprise, and one reseed could move it.
 # "Not resolved at this scale" is a statement about these seeds and budgets, not evidence of no
 # learning. Either way the self-supervised gains are small or, early on, negative beside the
 # labels' at the same FLOPs, and that is a statement about these budgets (their core-seconds are printed
 # above), not about the objectives. MoCo's steps here are printed above;
-# lesson 03 trains it for longer, over several seeds, and resolves its gain over the floor there
+# lesson 03 trains it for longer (and with AdamW and weight decay, where this lesson's ResNet
+# family uses Adam), over several seeds, and resolves its gain over the floor there
 # (whether that gain comes late is printed there, not asserted); MAE's reconstruction objective
 # is known to need far longer, and even converged MAE features are known to be weak under a
 # *linear* probe (He et al. 2022 report a large gap between linear probing and fine-tuning);
@@ -822,11 +827,15 @@ if cfg.alloc_check:
 # - **These budgets are the start of training.** Each run here spends the core-seconds printed
 #   above. The kit's SSL benchmark (`benchmarks/bench_ssl_quality.py`) gives SimCLR,
 #   MoCo, SimSiam and MAE a fixed budget of core-seconds each on the same kind of shapes, many
-#   times what a run here spends (a time budget, three seeds, no matched FLOPs); in its committed
-#   result (`benchmarks/results/ssl_quality.json`, read below where the repository is at hand)
-#   SimCLR, MoCo and MAE, the objectives trained here, have left their random-init floors far
-#   behind on shapes, by at least the benchmark's +15 points on every seed (its optimizers are
-#   AdamW for each, with weight decay where this lesson's Adam has none). The small or negative self-supervised gains measured here say how slowly each
+#   times the steps a run here takes (a time budget, no matched FLOPs; its steps, seeds and the
+#   ratio to this lesson's last budget are printed below); in its committed result
+#   (`benchmarks/results/ssl_quality.json`, read below where the repository is at hand) SimCLR,
+#   MoCo and MAE, the objectives trained here, have left their random-init floors far behind on
+#   shapes, by at least the benchmark's goal on every seed. Its recipes differ from this
+#   lesson's beyond length: AdamW with weight decay for each (this lesson's ResNet family uses
+#   Adam without), and its MAE regresses normalised patches (`norm_pix_loss`, which lesson 04
+#   resolves above plain pixels for a linear probe) where this lesson's regresses plain pixels.
+#   The small or negative self-supervised gains measured here say how slowly each
 #   starts, not where it ends; lesson 13 finds the same for SimSiam at matched FLOPs over several
 #   seeds.
 # - C ≈ 6ND holds for dense layers used once per token. It ignores attention's L²-term (large for
@@ -844,10 +853,17 @@ if ssl is None:
 else:
     ssl_gains = ssl_quality_gains(ssl, "shapes", ("simclr", "moco", "mae"))
     weakest = min(ssl_gains, key=ssl_gains.get)
-    print(f"SSL benchmark, shapes: SimCLR, MoCo and MAE gain {ssl_gains[weakest]:+.1f} points "
-          f"or more over its own random init (the least: {weakest[0]}, seed {weakest[1]}; the "
-          f"benchmark's goal: +{ssl['config']['goal_gain_points']})")
+    print(f"SSL benchmark, shapes, {len(ssl['config']['seeds'])} seeds: SimCLR, MoCo and MAE gain "
+          f"{ssl_gains[weakest]:+.1f} points or more over its own random init (the least: {weakest[0]}, "
+          f"seed {weakest[1]}; the benchmark's goal: +{ssl['config']['goal_gain_points']})")
     assert ssl_gains[weakest] >= ssl["config"]["goal_gain_points"], ssl_gains
+    benchmark_steps = {n: [run["steps"] for run in ssl["datasets"]["shapes"][n.lower()]["seeds"].values()]
+                       for n in ("SimCLR", "MoCo", "MAE")}
+    steps_ratio = {n: min(steps) / at_last[n][0]["steps"] for n, steps in benchmark_steps.items()}
+    print(f"its training steps per seed against this lesson's at {last:g} GFLOPs: " + ", ".join(
+        f"{n} {min(benchmark_steps[n])}-{max(benchmark_steps[n])} vs {at_last[n][0]['steps']} "
+        f"({steps_ratio[n]:.0f}x or more)" for n in benchmark_steps))
+    assert min(steps_ratio.values()) > 5, ("many times the steps", steps_ratio)
 
 # %% [markdown]
 # ## Exercises
@@ -981,6 +997,7 @@ headline(
     flops_per_image_mae_vs_supervised_vit=flops_vs_supervised["MAE"],
     mae_encoder_block_flops_vs_supervised_vit=mae_blocks_measured,
     **{f"mean_gain_points_{n.replace(' ', '_')}_at_{last:g}_gflops": mean_gain[(n, last)] for n in OBJECTIVES},
+    **{f"verdict_vs_floor_{n}_at_{b:g}_gflops": c.verdict for (n, b), c in left_floor.items() if b == last},
     mae_core_seconds_per_flop_vs_supervised_vit=mae_vs_vit_seconds,
     mlp_flops_over_6nd=mlp_r,
     vit_flops_over_6nd=vit_r,

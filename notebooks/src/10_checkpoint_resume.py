@@ -57,7 +57,9 @@ cfg = config(
 device = setup(SCALE, seed=cfg.seed)
 train = load_dataset("digits", "train", device=device)
 val = load_dataset("digits", "test", device=device)
-workdir = Path(tempfile.mkdtemp(prefix="lesson10_"))
+# removed by the last cell (the checkpoints stay to be looked at until then)
+workdir_handle = tempfile.TemporaryDirectory(prefix="lesson10_")
+workdir = Path(workdir_handle.name)
 print(device, train, workdir)
 
 # %% [markdown]
@@ -688,3 +690,6 @@ headline(
     distributed_resumed_from_step=dist_resumed_from,
     distributed_resume_hash_equal=hashes["killed and restarted"] == hashes["uninterrupted"],
 )
+
+# %%
+workdir_handle.cleanup()   # the lesson's checkpoints, kept until here to be looked at

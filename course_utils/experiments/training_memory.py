@@ -69,7 +69,8 @@ def recompute_tradeoff(layers: int, hidden: int, heads: int, vocab: int, seq: in
     """For each recomputation mode: stored activation bytes and FLOPs (ledger) and the median
     wall time of a training step, plus ratios to ``"none"``.
 
-    Rows: mode, activation_bytes, flops, forward_flops, seconds, memory_ratio, flops_ratio, time_ratio, and
+    Rows: mode, activation_bytes, flops, forward_flops, recomputed_flops (the ledger's *repeated*
+    line: forwards re-run in backward), seconds, memory_ratio, flops_ratio, time_ratio, and
     mfu: the step's FLOPs per second over this machine's measured matmul peak (``speed``).
     """
     checks.positive_int(repeats, "repeats")
@@ -81,7 +82,8 @@ def recompute_tradeoff(layers: int, hidden: int, heads: int, vocab: int, seq: in
                              device=device)
         seconds = _median_step_time(lambda: _fresh_backward(model, x, y), repeats, device)
         rows.append({"mode": mode, "activation_bytes": record.activation_bytes,
-                     "flops": record.flops, "forward_flops": record.forward_flops, "seconds": seconds,
+                     "flops": record.flops, "forward_flops": record.forward_flops,
+                     "recomputed_flops": record.recomputed_flops, "seconds": seconds,
                      "mfu": utilisation(record.flops, seconds, device)["mfu"]})
     base = next((r for r in rows if r["mode"] == "none"), rows[0])
     for r in rows:

@@ -73,7 +73,7 @@ print(train, test, sep="\n")
 # | kept for backward | how many activation bytes stay alive until backward? | bytes |
 # | cached | how many old vectors are reused from earlier steps? | bytes |
 # | resident state | weights, gradients, optimizer states | bytes |
-# | repeated | what must be recomputed or re-encoded next step? | FLOPs |
+# | repeated | what does this step compute a second time (a forward re-run in backward; inputs encoded twice) instead of keeping or caching it? | FLOPs, items |
 # | communicated | with several devices: bytes across the wire per step | bytes |
 #
 # Later lessons change one line at a time: SimCLR grows *kept for backward* with the batch, MoCo
@@ -252,14 +252,19 @@ plot_curves({"step": history.series("step"), "loss": history.series("loss")}, ax
 plot_curves({"step": history.series("step", evals=True), "test_acc": history.series("test_acc", evals=True)},
             ax=axes[1])
 plt.show()
-print(f"test accuracy {test_acc:.3f} (chance {chance:.3f})")
+# the test set's noise at chance: an accuracy this many standard errors above chance is not luck
+chance_se = (chance * (1 - chance) / len(test.labels)) ** 0.5
+print(f"test accuracy {test_acc:.3f} (chance {chance:.3f}; {(test_acc - chance) / chance_se:.0f} binomial "
+      f"standard errors of {len(test.labels)} test images above it)")
 
 # %%
 losses = history.series("loss")
 k = max(1, len(losses) // 5)
 assert sum(losses[-k:]) / k < sum(losses[:k]) / k, "the loss should fall"
 if SCALE != "ci":
-    assert test_acc > 3 * chance, f"accuracy {test_acc:.3f} should be more than 3x chance {chance:.3f}"
+    # one seed: the bar is far beyond the test set's noise, so the claim "it learns" does not
+    # rest on a lucky draw, and far below the accuracy reached, so a reseed does not flip it
+    assert test_acc > chance + 10 * chance_se, f"accuracy {test_acc:.3f} should be clearly above chance {chance:.3f}"
 
 # %% [markdown]
 # ### Explore: move batch, image size and width

@@ -292,6 +292,9 @@ assert tr["none"]["flops"] == 3 * tr["none"]["forward_flops"], "a step is three 
 assert tr["full"]["flops"] - tr["none"]["flops"] == _L * (16 * _b * _s * _h**2 + 4 * _b * _s**2 * _h), \
     "full: each block re-run up to the MLP down-projection's inputs (the early stop)"
 assert tr["full"]["flops_ratio"] < 4 / 3, "full: less than one whole extra forward pass"
+# the ledger's *repeated* line (lesson 01) books exactly that extra work, and nothing without recomputation
+assert tr["none"]["recomputed_flops"] == 0
+assert all(tr[m]["recomputed_flops"] == tr[m]["flops"] - tr["none"]["flops"] > 0 for m in ("selective", "full"))
 assert tr["selective"]["flops"] - tr["none"]["flops"] == _L * 2 * _b * _s**2 * _h, \
     "selective: the attention scores re-run, the probabilities·values product skipped"
 assert tr["none"]["activation_bytes"] - tr["selective"]["activation_bytes"] == _L * 4 * _a * _s**2 * _b, \

@@ -379,6 +379,10 @@ assert abs(gpt["fsdp", n1, "none"].activation_bytes / gpt["fsdp", n0, "none"].ac
 # third of a step, its backward recomputing the scores)
 assert all(1 < recompute_flops[n] <= 1 + gpt["fsdp", n, "none"].forward_flops / gpt["fsdp", n, "none"].flops
            for n in cfg.ranks)
+# the ledger's *repeated* line is that extra work: the forwards re-run in backward, none without recomputation
+assert all(gpt["fsdp", n, "none"].recomputed_flops == 0
+           and gpt["fsdp", n, "full"].recomputed_flops == gpt["fsdp", n, "full"].flops - gpt["fsdp", n, "none"].flops
+           for n in cfg.ranks)
 # DDP's autocast keeps, beyond FSDP2's policy, the bf16 copy of every weight matrix (blocks and the
 # tied head) and, at each of the 2L + 1 LayerNorms, an fp32 input (2 more bytes × sbh) and its
 # mean and rstd per token in fp32 (2 × 2 more bytes × sb; bf16 under the policy here): exactly

@@ -6,7 +6,7 @@ no network), with a JSON report.
     python tools/gpu_check.py --workers sharding   # only the workers whose name contains this
     python tools/gpu_check.py --dry-run       # anywhere: list what would run, write the plan
     python tools/gpu_check.py --smoke         # on a CPU: the same code paths at toy size (gloo)
-    python tools/gpu_check.py --only lessons --lesson-scale ci   # all 13 lessons' GPU paths, ci-sized
+    python tools/gpu_check.py --only lessons --lesson-scale ci   # every lesson's GPU path, ci-sized
     python tools/gpu_check.py --smoke --lessons 10 --workers hello   # what `make test` runs
 
 Sections:

@@ -117,8 +117,9 @@ except DatasetUnavailableError as err:
 #
 # Self-supervised lessons make two random *views* of each image. The kit does this as batched
 # tensor operations on the same device as the model — random resized crop, flip, colour jitter,
-# grayscale — with per-image randomness drawn from a seeded `torch.Generator`, so a Colab GPU is
-# not starved by its two CPU cores, and a rerun gives the same views.
+# grayscale — with per-image randomness drawn from a seeded `torch.Generator`: on a GPU the
+# augmentation runs where the model does, not on the host's few CPU cores (a design choice; its
+# GPU speed is not measured here), and a rerun gives the same views.
 
 # %%
 augment = SimCLRAugment(32)

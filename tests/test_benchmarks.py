@@ -106,7 +106,8 @@ def test_committed_ssl_quality_verdicts_follow_from_its_runs():
     import json
     bench = load("bench_ssl_quality")
     stored = json.loads((ROOT / "benchmarks" / "results" / "ssl_quality.json").read_text())
-    assert stored["config"]["seeds"] == [0, 1, 2] and stored["config"]["train_core_seconds"] == 180
+    assert stored["config"]["seeds"] == list(range(len(stored["config"]["seeds"])))
+    assert len(stored["config"]["seeds"]) >= 3 and stored["config"]["train_core_seconds"] == 180
     for dataset, rows in stored["datasets"].items():
         for name in bench.OBJECTIVES:
             family = SSL_FAMILY[name]
@@ -190,8 +191,10 @@ def test_ssl_quality_rerun_replaces_only_its_rows_and_needs_the_same_floors(monk
     for dataset, rows in out["datasets"].items():
         assert {n: rows[n] for n in bench.OBJECTIVES if n != "simsiam"} == \
             {n: stored["datasets"][dataset][n] for n in bench.OBJECTIVES if n != "simsiam"}
-        assert rows["simsiam"]["linear_gain_points"] == pytest.approx(21.0)
-        assert set(rows["simsiam"]["seeds"]) == {"0", "1", "2"}
+        seeds = stored["config"]["seeds"]
+        assert rows["simsiam"]["linear_gain_points"] == pytest.approx(20.0 + sum(seeds) / len(seeds))
+        assert set(rows["simsiam"]["seeds"]) == {str(s) for s in seeds}
+        assert out["rows_rerun"][-1]["rerun_rows"][f"{dataset}_simsiam"] == rows["simsiam"]
     assert out["rows_rerun"][-1]["objectives"] == ["simsiam"] and out["rows_rerun"][-1]["why"] == "a test"
     again = bench.summarise_again(out)
     assert again["summary"] == out["summary"] and again["shortfalls"] == out["shortfalls"]
@@ -225,7 +228,7 @@ def test_a_rerun_keeps_the_rows_it_replaced_and_their_paired_verdict():
     for record in stored["rows_rerun"]:
         for key, old in record["superseded_rows"].items():
             dataset, name = key.rsplit("_", 1)
-            new = stored["datasets"][dataset][name]
+            new = record["rerun_rows"][key]      # the rows the rerun made, on the seeds it was made on
             seeds = sorted(new["seeds"])
             again = compare_paired([new["seeds"][s]["linear_gain_points"] for s in seeds],
                                    [old["seeds"][s]["linear_gain_points"] for s in seeds],
@@ -236,3 +239,29 @@ def test_a_rerun_keeps_the_rows_it_replaced_and_their_paired_verdict():
     versus = stored["rows_rerun"][-1]["rerun_versus_superseded"]
     assert versus["shapes_simsiam"]["verdict"] == "superseded > rerun"
     assert versus["textures-recoloured_simsiam"]["verdict"] == "rerun > superseded"
+
+
+def test_a_full_run_keeps_the_run_it_replaces_and_the_recipe_changes_rows():
+    """with_superseded_run: the new run's rows and verdicts are its own; the replaced run is kept
+    whole with why it was run again; a recipe change recorded in the old run keeps its own rows
+    (filled from the old run's rows where the record predates rerun_rows)."""
+    import copy
+    import json
+    bench = load("bench_ssl_quality")
+    stored = json.loads((ROOT / "benchmarks" / "results" / "ssl_quality.json").read_text())
+    old = copy.deepcopy(stored)
+    old.pop("superseded_runs", None)
+    for record in old.get("rows_rerun", []):
+        record.pop("rerun_rows", None)
+    new = {"config": {**old["config"], "seeds": [0, 1, 2, 3]}, "datasets": {}, "summary": {"x": 1},
+           "shortfalls": []}
+    merged = bench.with_superseded_run(new, old, "more seeds")
+    assert merged["summary"] == {"x": 1} and merged["datasets"] == {}
+    kept = merged["superseded_runs"][-1]
+    assert kept["why"] == "more seeds" and kept["datasets"] == old["datasets"]
+    assert "rows_rerun" not in kept
+    for record in merged["rows_rerun"]:
+        assert record["seeds"] == old["config"]["seeds"]
+        for key in record["superseded_rows"]:
+            dataset, name = key.rsplit("_", 1)
+            assert record["rerun_rows"][key] == old["datasets"][dataset][name]

@@ -530,12 +530,15 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   reaches 91.8% on CIFAR-10 after 800 epochs in its paper; this lesson measures the start of
 #   training, where SimSiam starts slowly (claim 2 measures it here). The verdicts are about this budget, not
 #   about the methods' ceilings. The kit's SSL benchmark (`benchmarks/bench_ssl_quality.py`)
-#   trains each objective for 3 minutes on 2 cores on the same kind of shapes (three seeds, a time
+#   trains each objective for 3 minutes on 2 cores on the same kind of shapes (several seeds, a time
 #   budget rather than matched FLOPs, batch 128 on 10,000 images, many more steps than here). Its
 #   committed result (`benchmarks/results/ssl_quality.json`, read below where the repository is at
 #   hand) holds SimSiam with this lesson's AdamW (the rows a later rerun replaced) and with SGD
-#   (see *Recipe*): with either, SimSiam gains at least the benchmark's +15 points over its
-#   random-init floor on shapes, on every seed. The slow start is a start.
+#   (see *Recipe*): on the machine of that change, with either, SimSiam gained at least the
+#   benchmark's +15 points over its random-init floor on shapes, on every seed, in about 3,600
+#   steps. The slow start is a start, and steep: the benchmark's later five-seed run, on a machine
+#   that bought about half those steps in the same core-seconds, measured SimSiam on shapes far
+#   below the goal (its steps and gains are printed below).
 # - **Why no collapse** is not settled by this lesson: we show that the stop-gradient (and the
 #   predictor) is necessary here, not why it is sufficient. BYOL relies on the same predictor and
 #   stop-gradient, with a momentum target on top; VICReg and Barlow Twins avoid collapse another
@@ -547,7 +550,8 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   every number here: the kit's SSL benchmark later gave SimSiam SGD (its paper's momentum and
 #   weight decay, a learning rate searched on development seeds), because with this lesson's AdamW
 #   its real-photo textures row fell short of the benchmark's goal; on shapes the change cost it
-#   a few points (both printed below, each as the kit's paired verdict over three seeds).
+#   a few points (both printed below, each as the kit's paired verdict over the seeds the change
+#   was made on).
 # - **The ledger's saving** (no B² term) matters where the batch is large against the encoder's
 #   activations per image, the regime of lesson 02's gradient caching; at this lesson's batch the
 #   encoder's activations dominate both steps.
@@ -560,19 +564,29 @@ if ssl is None:
 else:
     change = next(r for r in ssl["rows_rerun"] if "simsiam" in r["objectives"])
     for dataset in ("shapes", "textures-recoloured"):
+        # the change's own rows: both recipes on the seeds it was made on, paired by seed
         adamw = change["superseded_rows"][f"{dataset}_simsiam"]
-        sgd = ssl["datasets"][dataset]["simsiam"]
+        sgd = change["rerun_rows"][f"{dataset}_simsiam"]
         versus = change["rerun_versus_superseded"][f"{dataset}_simsiam"]
         gains = lambda row: ", ".join(f"{r['linear_gain_points']:+.1f}" for r in row["seeds"].values())  # noqa: E731
         low, high = versus["interval_points"]
-        print(f"SSL benchmark, {dataset}, SimSiam over its random init, seeds 0-2: AdamW {gains(adamw)}; "
+        print(f"SSL benchmark, {dataset}, SimSiam over its random init, seeds {', '.join(adamw['seeds'])}: AdamW {gains(adamw)}; "
               f"SGD {gains(sgd)}; SGD - AdamW {versus['mean_points']:+.1f} [{low:+.1f}, {high:+.1f}]: "
               f"{versus['verdict'].replace('rerun', 'SGD').replace('superseded', 'AdamW')}")
-    shapes_rows = (change["superseded_rows"]["shapes_simsiam"], ssl["datasets"]["shapes"]["simsiam"])
+    # the change's own shapes rows, AdamW and SGD, on the machine and seeds it was made on
+    shapes_rows = (change["superseded_rows"]["shapes_simsiam"], change["rerun_rows"]["shapes_simsiam"])
+    steps = lambda row: [r["steps"] for r in row["seeds"].values()]  # noqa: E731
     # claim: with either optimizer, at least the benchmark's goal (+15) on shapes on every seed
     goal = ssl["config"]["goal_gain_points"]
-    print(f"the benchmark's goal: +{goal} points")
+    print(f"the benchmark's goal: +{goal} points; the change's shapes runs took "
+          f"{min(min(steps(row)) for row in shapes_rows)}-{max(max(steps(row)) for row in shapes_rows)} steps")
     assert min(r["linear_gain_points"] for row in shapes_rows for r in row["seeds"].values()) >= goal
+    # claim: the committed run (SGD) took fewer steps in the same core-seconds, and gained less
+    committed = ssl["datasets"]["shapes"]["simsiam"]
+    print(f"committed run, shapes, SimSiam (SGD), {len(committed['seeds'])} seeds: "
+          f"{min(steps(committed))}-{max(steps(committed))} steps, gains {gains(committed)}: {committed['goal_verdict']}")
+    assert max(steps(committed)) < min(steps(shapes_rows[1])), "the steep start needs fewer steps"
+    assert committed["linear_gain_points"] < shapes_rows[1]["linear_gain_points"]
     # claims: with AdamW the textures row fell short of the goal; on shapes SGD cost points
     assert not change["superseded_rows"]["textures-recoloured_simsiam"]["goal_met"]
     assert change["rerun_versus_superseded"]["shapes_simsiam"]["verdict"] == "superseded > rerun"

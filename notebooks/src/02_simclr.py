@@ -73,7 +73,7 @@ cfg = config(
                  start_above_chance=True, min_shortcut_loss_gap=1.0,
                  # verdicts of the paired comparisons, as the default run measured them (map_runs:
                  # one thread per run, the same verdicts wherever the lesson runs)
-                 colour_verdict="jitter > no colour", colour_r2_verdict=NOT_RESOLVED,
+                 colour_verdict=NOT_RESOLVED, colour_r2_verdict=NOT_RESOLVED,
                  short_run_verdict=None,           # at the edge of its interval: printed, not claimed
                  geometry_verdicts={"uniformity": None, "alignment": "T=1.0 > T=0.2"},  # by temperature
                  temperature_seeds=3,              # runs per temperature (seed: init, data order, views)
@@ -714,7 +714,7 @@ if cfg.geometry_verdicts is not None:   # as the default run measured them (None
 # `temperature_verdict` is left unset until such a run has been measured.
 
 # %% [markdown]
-# ### Experiment: without colour distortion, the task gets easy and the shape probe drops
+# ### Experiment: without colour distortion, the task gets easy
 #
 # In "shapes" each image has its own random colours, independent of the class. Two crops of one
 # image share their colour histogram, so without colour jitter the contrastive task can be solved
@@ -796,9 +796,12 @@ if cfg.colour_verdict is not None:
 # initial weights, data order and the geometric draws; only the colour step differs), and compared
 # by the kit's rule. Without colour distortion the loss at the same step is far lower at every
 # seed (printed; at default scale asserted above `min_shortcut_loss_gap`): the task got easy. The
-# like-for-like evidence is the shape probe: **the arm trained with colour jitter is ahead of the
-# arm that could use the colour shortcut** (verdict and interval printed, asserted at default
-# scale; the floor's probe is printed beside it).
+# like-for-like test of what the shortcut costs is the shape probe, and at this scale it is **not
+# resolved**: the mean same-seed difference favours colour jitter, but over three paired seeds its
+# 95% interval reaches below zero (verdict and interval printed, asserted at default scale; the
+# floor's probe is printed beside it). Three seeds give Student's t a factor of 4.3, and 200 steps
+# leave the arms close. Chen et al. (2020, §3 and Fig. 5) find colour distortion worth many
+# points of ImageNet linear accuracy after full-length training: cited, not reproduced here.
 #
 # Whether the no-colour features keep *more colour* is **not resolved at this scale**: the colour
 # R² (a ridge map from the backbone's features to each image's mean colour) differs between the

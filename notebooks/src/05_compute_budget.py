@@ -49,7 +49,7 @@ from course_utils.train import TrainState, fit
 # at this scale". CI's budgets are a few steps; the gpu scale has not been run against these
 # claims, so it makes none (its numbers are printed, not asserted).
 NO_CLAIMS = dict(labels_win=False, supervised_learns=False, mae_starts_below_floor=False, alloc_check=False,
-                 none_above_floor=False)
+                 not_all_above_floor=False)
 cfg = config(
     SCALE,
     # budgets_gflops: nested training budgets of the matched comparison (one run per objective and
@@ -69,9 +69,10 @@ cfg = config(
                  alloc_batch=256, alloc_seeds=[0, 1, 2], alloc_test_seeds=[3, 4, 5], queue_flops_max=0.02,
                  # claims the default run is asserted against, each decided by paired seeds
                  labels_win=True, supervised_learns=True, mae_starts_below_floor=True,
-                 # no self-supervised run resolved above its floor at any budget (the other
-                 # verdicts are printed: nine correlated tests at 95% resolve one by chance often)
-                 none_above_floor=True,
+                 # not every self-supervised objective resolved above its floor at the last
+                 # budget, so no ranking among them (the verdicts are printed, not asserted one by
+                 # one: nine correlated tests at 95% resolve one by chance often)
+                 not_all_above_floor=True,
                  alloc_check=True),
     gpu=dict(image_size=32, width=64, vit_dim=192, decoder_dim=32, batch=256,
              budgets_gflops=[15_000.0, 30_000.0, 60_000.0], seeds=[0, 1, 2],
@@ -416,9 +417,8 @@ if cfg.mae_starts_below_floor:   # MAE's first steps make the features worse for
     c = left_floor[("MAE", first)]
     assert c.verdict == "random init > MAE", c.describe()
     assert not any(left_floor[(n, first)].verdict == f"{n} > random init" for n in SSL_BASELINE), left_floor
-if cfg.none_above_floor:   # no self-supervised run placed above its floor at these budgets
-    for (name, b), c in left_floor.items():
-        assert c.verdict != f"{name} > random init", (name, b, c.describe())
+if cfg.not_all_above_floor:   # no ranking: at the last budget not every objective has left its floor
+    assert not all(left_floor[(n, last)].verdict == f"{n} > random init" for n in SSL_BASELINE), left_floor
 # MAE's steps have fewer FLOPs than the supervised ViT's, so the same budget buys it more steps
 assert flops_vs_supervised["MAE"] < 1 and mae_vs_vit_steps > 1, (flops_vs_supervised["MAE"], mae_vs_vit_steps)
 if cfg.supervised_learns:  # ... and the supervised runs do learn, more by the last budget than the first
@@ -427,7 +427,7 @@ if cfg.supervised_learns:  # ... and the supervised runs do learn, more by the l
             assert c.verdict == f"{c.names[0]} > {c.names[1]}", (sup, c.describe())
 
 # %%
-resolved = [f"{name} {'above' if c.mean > 0 else 'below'} it at {b:g} GFLOPs"
+resolved = [f"{name} {'above' if c.mean > 0 else 'below'} it at {b:g} GFLOPs ({c.mean:+.1f} points)"
             for (name, b), c in left_floor.items() if c.verdict != NOT_RESOLVED]
 print("Against the floor, resolved: " + (", ".join(resolved) if resolved else "none")
       + f"; the other {len(left_floor) - len(resolved)} of {len(left_floor)} self-supervised runs and budgets: not resolved.")
@@ -451,11 +451,13 @@ print(f"For the same FLOPs MAE took {mae_vs_vit_seconds:.2f}x the core-seconds o
 # earlier budgets' too, where not every one is resolved).
 #
 # Whether each self-supervised run has left its floor is printed budget by budget as a verdict,
-# and the resolved ones are listed above. At the default scale two things are asserted: none is
-# resolved above its floor (`none_above_floor`), and MAE's probe is resolved *below* its random
-# init at the first budget (its first steps make the features worse for a linear probe than the
-# network as built). The other verdicts are printed, not asserted: with nine correlated
-# comparisons at 95%, one resolved by chance would be no surprise, and one reseed could move it.
+# and the resolved ones are listed above with their mean gains. At the default scale two things
+# are asserted: MAE's probe is resolved *below* its random init at the first budget (its first
+# steps make the features worse for a linear probe than the network as built), and no
+# self-supervised objective is resolved above its floor there; at the last budget not every one
+# is (`not_all_above_floor`). The other verdicts are printed, not asserted one by one: with nine
+# correlated comparisons at 95%, one resolved by chance would be no surprise, and one reseed could
+# move it; a small gain resolved above the floor (its mean is printed) is a start, not a result.
 # "Not resolved at this scale" is a statement about these seeds and budgets, not evidence of no
 # learning. Either way the self-supervised gains are small or, early on, negative beside the
 # labels' at the same FLOPs, and that is a statement about these budgets (their core-seconds are printed
@@ -826,8 +828,8 @@ if cfg.alloc_check:
 #   they were set on the CPU default and have not been run on a GPU.
 # - **These budgets are the start of training.** Each run here spends the core-seconds printed
 #   above. The kit's SSL benchmark (`benchmarks/bench_ssl_quality.py`) gives SimCLR,
-#   MoCo, SimSiam and MAE a fixed budget of core-seconds each on the same kind of shapes, many
-#   times the steps a run here takes (a time budget, no matched FLOPs; its steps, seeds and the
+#   MoCo, SimSiam and MAE a fixed budget of core-seconds each on the same kind of shapes, at
+#   least four times the steps a run here takes (a time budget, no matched FLOPs; its steps, seeds and the
 #   ratio to this lesson's last budget are printed below); in its committed result
 #   (`benchmarks/results/ssl_quality.json`, read below where the repository is at hand) SimCLR,
 #   MoCo and MAE, the objectives trained here, have left their random-init floors far behind on
@@ -862,8 +864,8 @@ else:
     steps_ratio = {n: min(steps) / at_last[n][0]["steps"] for n, steps in benchmark_steps.items()}
     print(f"its training steps per seed against this lesson's at {last:g} GFLOPs: " + ", ".join(
         f"{n} {min(benchmark_steps[n])}-{max(benchmark_steps[n])} vs {at_last[n][0]['steps']} "
-        f"({steps_ratio[n]:.0f}x or more)" for n in benchmark_steps))
-    assert min(steps_ratio.values()) > 5, ("many times the steps", steps_ratio)
+        f"({steps_ratio[n]:.1f}x or more)" for n in benchmark_steps))
+    assert min(steps_ratio.values()) > 4, ("at least four times the steps", steps_ratio)
 
 # %% [markdown]
 # ## Exercises

@@ -530,15 +530,19 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   reaches 91.8% on CIFAR-10 after 800 epochs in its paper; this lesson measures the start of
 #   training, where SimSiam starts slowly (claim 2 measures it here). The verdicts are about this budget, not
 #   about the methods' ceilings. The kit's SSL benchmark (`benchmarks/bench_ssl_quality.py`)
-#   trains each objective for 3 minutes on 2 cores on the same kind of shapes (several seeds, a time
-#   budget rather than matched FLOPs, batch 128 on 10,000 images, many more steps than here). Its
-#   committed result (`benchmarks/results/ssl_quality.json`, read below where the repository is at
-#   hand) holds SimSiam with this lesson's AdamW (the rows a later rerun replaced) and with SGD
-#   (see *Recipe*): on the machine of that change, with either, SimSiam gained at least the
-#   benchmark's +15 points over its random-init floor on shapes, on every seed, in about 3,600
-#   steps. The slow start is a start, and steep: the benchmark's later five-seed run, on a machine
-#   that bought about half those steps in the same core-seconds, measured SimSiam on shapes far
-#   below the goal (its steps and gains are printed below).
+#   trains each objective for a fixed budget of core-seconds on the same kind of shapes (several
+#   seeds, a time budget rather than matched FLOPs; its budget, batch and steps are printed
+#   below). Its committed result (`benchmarks/results/ssl_quality.json`, read below where the
+#   repository is at hand) holds SimSiam with this lesson's AdamW (the rows a later rerun
+#   replaced) and with SGD (see *Recipe*): on the machine of that change, with either, SimSiam
+#   gained at least the benchmark's +15 points over its random-init floor on shapes, on every seed
+#   (asserted). The benchmark's later five-seed run, whose machine bought fewer steps in the same
+#   core-seconds (the ratio is printed), measured SimSiam with SGD on shapes below the goal and
+#   below the first machine's run, seed by seed (both asserted). The two runs differ in the steps
+#   bought and in the machine itself (the same seed's random-init floor moved a little: the
+#   numerics differ), so this does not separate steps from machine; it says that the goal at a
+#   budget of core-seconds depends on the machine, and that SimSiam's start is a start, not a
+#   result that survives any budget.
 # - **Why no collapse** is not settled by this lesson: we show that the stop-gradient (and the
 #   predictor) is necessary here, not why it is sufficient. BYOL relies on the same predictor and
 #   stop-gradient, with a momentum target on top; VICReg and Barlow Twins avoid collapse another
@@ -549,9 +553,10 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   has a learned scale and shift (the official code's has none). A per-method recipe could move
 #   every number here: the kit's SSL benchmark later gave SimSiam SGD (its paper's momentum and
 #   weight decay, a learning rate searched on development seeds), because with this lesson's AdamW
-#   its real-photo textures row fell short of the benchmark's goal; on shapes the change cost it
-#   a few points (both printed below, each as the kit's paired verdict over the seeds the change
-#   was made on).
+#   its real-photo textures row fell short of the benchmark's goal; on shapes SGD resolved below
+#   AdamW (both printed below, each as the kit's paired verdict over the seeds the change was made
+#   on). The SGD runs also bought a few percent fewer steps in the same core-seconds (the ratio is
+#   printed), so the optimizer and the steps are not separated there either.
 # - **The ledger's saving** (no B² term) matters where the batch is large against the encoder's
 #   activations per image, the regime of lesson 02's gradient caching; at this lesson's batch the
 #   encoder's activations dominate both steps.
@@ -574,19 +579,30 @@ else:
               f"SGD {gains(sgd)}; SGD - AdamW {versus['mean_points']:+.1f} [{low:+.1f}, {high:+.1f}]: "
               f"{versus['verdict'].replace('rerun', 'SGD').replace('superseded', 'AdamW')}")
     # the change's own shapes rows, AdamW and SGD, on the machine and seeds it was made on
-    shapes_rows = (change["superseded_rows"]["shapes_simsiam"], change["rerun_rows"]["shapes_simsiam"])
-    steps = lambda row: [r["steps"] for r in row["seeds"].values()]  # noqa: E731
+    adamw, sgd = change["superseded_rows"]["shapes_simsiam"], change["rerun_rows"]["shapes_simsiam"]
+    steps = lambda row: {s: r["steps"] for s, r in row["seeds"].items()}  # noqa: E731
+    config = ssl["config"]
+    goal = config["goal_gain_points"]
+    print(f"the benchmark: {config['train_core_seconds']:g} core-seconds per run at batch {config['batch']}; "
+          f"its goal: +{goal} points")
+    print("SGD's steps over AdamW's, same seed and core-seconds: "
+          + ", ".join(f"{steps(sgd)[s] / steps(adamw)[s]:.2f}" for s in steps(sgd)))
     # claim: with either optimizer, at least the benchmark's goal (+15) on shapes on every seed
-    goal = ssl["config"]["goal_gain_points"]
-    print(f"the benchmark's goal: +{goal} points; the change's shapes runs took "
-          f"{min(min(steps(row)) for row in shapes_rows)}-{max(max(steps(row)) for row in shapes_rows)} steps")
-    assert min(r["linear_gain_points"] for row in shapes_rows for r in row["seeds"].values()) >= goal
-    # claim: the committed run (SGD) took fewer steps in the same core-seconds, and gained less
+    assert min(r["linear_gain_points"] for row in (adamw, sgd) for r in row["seeds"].values()) >= goal
+    # claims: the committed five-seed run (SGD) bought fewer steps, is below the goal, and is below
+    # the first machine's SGD run seed by seed
     committed = ssl["datasets"]["shapes"]["simsiam"]
-    print(f"committed run, shapes, SimSiam (SGD), {len(committed['seeds'])} seeds: "
-          f"{min(steps(committed))}-{max(steps(committed))} steps, gains {gains(committed)}: {committed['goal_verdict']}")
-    assert max(steps(committed)) < min(steps(shapes_rows[1])), "the steep start needs fewer steps"
-    assert committed["linear_gain_points"] < shapes_rows[1]["linear_gain_points"]
+    shared = sorted(set(committed["seeds"]) & set(sgd["seeds"]))
+    ratio = [steps(committed)[s] / steps(sgd)[s] for s in shared]
+    print(f"committed run, shapes, SimSiam (SGD), {len(committed['seeds'])} seeds: gains {gains(committed)}: "
+          f"{committed['goal_verdict']}; its steps over the first machine's, seeds {', '.join(shared)}: "
+          + ", ".join(f"{r:.2f}" for r in ratio))
+    machines = compare_paired({s: sgd["seeds"][s]["linear_gain_points"] for s in shared},
+                              {s: committed["seeds"][s]["linear_gain_points"] for s in shared},
+                              names=("first machine", "second machine"))
+    print("SimSiam (SGD) on shapes, gain over the floor, " + machines.describe(1, " points"))
+    assert max(ratio) < 1 and committed["goal_verdict"] == f"+{goal} goal > gain"
+    assert machines.verdict == "first machine > second machine", machines.describe(1)
     # claims: with AdamW the textures row fell short of the goal; on shapes SGD cost points
     assert not change["superseded_rows"]["textures-recoloured_simsiam"]["goal_met"]
     assert change["rerun_versus_superseded"]["shapes_simsiam"]["verdict"] == "superseded > rerun"

@@ -167,10 +167,10 @@ def work_02(p) -> list[Work]:
     augment = SimCLRAugment(p["image_size"], crop_scale=tuple(p["crop_scale"]),
                             color_strength=p["color_strength"], rotate=p["rotate"])
     step = step_flops(build, p["batch"], augment=augment)
-    arms = len(p["temperatures"]) * p["temperature_seeds"] - 1   # the main run's snapshot is one
-    no_colour = p["temperature_seeds"]                             # one no-colour arm per seed
-    # floors as built and calibrated, the main run's snapshot and end, the other main seeds, arms
-    probes = 2 * p["seeds"] + 2 + (p["main_seeds"] - 1) + arms + no_colour
+    arms = len(p["temperatures"]) * p["temperature_seeds"]   # each a run of its own
+    no_colour = p["temperature_seeds"]                         # one no-colour arm per seed
+    # floors as built and calibrated, every main seed's end, the arms
+    probes = 2 * p["seeds"] + p["main_seeds"] + arms + no_colour
     image = forward_flops(SmallResNet(width=p["width"], blocks=blocks))
     gc = sum(step_flops(build, n, augment=augment) for n in p["gc_sweep"]) * 3
     return [Work("main recipe (cfg.steps, from cfg.main_seeds seeds)", p["main_seeds"] * p["steps"], step),

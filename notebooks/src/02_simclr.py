@@ -85,7 +85,7 @@ cfg = config(
                  dataset="shapes"),
     # gpu: a half-width CIFAR ResNet-18, sized by tools/gpu_budget.py to fit 15 minutes on a T4
     gpu=dict(image_size=32, width=32, blocks=(2, 2, 2, 2),
-             batch=256, steps=1000, ablation_steps=300, lr=2e-3,
+             batch=256, steps=1000, ablation_steps=270, lr=2e-3,
              temperature=0.2, temperatures=(0.2, 1.0),
              crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False, accumulation=4,
              seeds=3, main_seeds=3, calibration_images=10000,

@@ -86,3 +86,12 @@ def test_a_cell_ending_in_headline_shows_the_figures_once(capsys):
 def test_headline_figures_are_shown_with_their_units(name, value, shown):
     from course_utils.report import readable
     assert readable(name, value) == shown
+
+
+def test_a_fresh_clone_schedules_by_the_committed_times():
+    """Without build/times-SCALE.json (a fresh clone) the two workers still start the longest
+    lessons first: the order falls back on docs/lesson_times.json, the README's measured times."""
+    committed = run_course.committed_times("default")
+    lessons = {p.stem for p in (Path(run_course.ROOT) / "notebooks" / "src").glob("[0-9][0-9]_*.py")}
+    assert set(committed) == lessons, set(committed) ^ lessons
+    assert run_course.committed_times("no such scale") == {}

@@ -123,6 +123,12 @@ def report(result: dict, out: Path) -> None:
         print(f"    {k}: {readable(k, v)}", flush=True)
 
 
+def committed_times(scale: str) -> dict:
+    """The README's measured times for ``scale`` (docs/lesson_times.json), {} where there are none."""
+    committed = course_site.read_json_dict(ROOT / "docs" / "lesson_times.json").get(scale, {})
+    return committed if isinstance(committed, dict) else {}
+
+
 def record_times(results: list[dict], scale: str) -> None:
     """build/times-SCALE.json: each lesson's latest time (the next run starts the longest first)."""
     times_file = BUILD / f"times-{scale}.json"
@@ -159,9 +165,10 @@ def run(scale: str, only: list[str], jobs: int | None = None) -> int:
               f"thread(s) each (--jobs 1: one at a time, with a progress bar per cell)", flush=True)
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_limit_threads,
                                  initargs=(threads,)) as pool:
-            # longest first by the last run's times (build/times-SCALE.json; unknown ones keep the
-            # lesson order after them), so the two workers finish close together
-            times = course_site.read_json_dict(BUILD / f"times-{scale}.json")
+            # longest first by the last run's times (build/times-SCALE.json, else the committed
+            # docs/lesson_times.json, so a fresh clone does not start its longest lesson last;
+            # unknown ones keep the lesson order after them), so the two workers finish together
+            times = {**committed_times(scale), **course_site.read_json_dict(BUILD / f"times-{scale}.json")}
             order = sorted(notebooks, key=lambda nb: -float(times.get(nb.stem, 0.0)))
             running = {pool.submit(_execute_in_worker, nb, BUILD / nb.name, scale): nb for nb in order}
             for future in tqdm(as_completed(running), total=len(running), unit="lesson",

@@ -395,7 +395,9 @@ if cfg.claims:
     for s in cfg.seeds:
         kept_s, cut_s, flat_s = (final_by_seed[arm, s] for arm in ("SimSiam", "no stop-gradient", "no predictor"))
         assert cut_s["effective_rank"] < 1.2 and cut_s["std"] < 0.6 * kept_s["std"], (s, cut_s, kept_s)
-        assert cut_s["uniformity"] > kept_s["uniformity"] + 1, (s, cut_s, kept_s)
+        # uniformity: 0 for a constant; the cut run sits within a quarter of the kept run's distance
+        # from it (a margin in the kept run's own units: seeds differ in how far the kept run spreads)
+        assert cut_s["uniformity"] > kept_s["uniformity"] / 4, (s, cut_s, kept_s)
         assert cut_s["loss"] < -0.9 and kept_s["loss"] > -0.8, (s, cut_s, kept_s)
         assert kept_s["effective_rank"] > 2 and kept_s["std"] > 0.5 / math.sqrt(cfg.dim), (s, kept_s)
         assert flat_s["effective_rank"] < 1.2 and flat_s["loss"] < -0.9, (s, flat_s)

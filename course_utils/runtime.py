@@ -173,7 +173,9 @@ def map_runs(fn, keys, *, device=None, workers: int | None = None, desc: str | N
     ``workers`` defaults to torch's thread count, the cores this lesson was given: 1 under ``make
     test``, which then runs them one after the other in this process. With the default, every run
     on Linux sees one thread wherever it runs, so its numbers are the same under ``make test``,
-    ``make course`` and a lesson run alone. On a GPU (``device`` CUDA), or off Linux (fork is not
+    ``make course`` and a lesson run alone on one machine (another CPU's vector units can round
+    differently: the kit's SSL benchmark saw a random-init probe move by 0.4 points between two
+    machines). On a GPU (``device`` CUDA), or off Linux (fork is not
     safe with macOS's system libraries, and Windows has none), the runs happen here, one after the
     other: CUDA does not survive fork, and one GPU is busy with one run's kernels anyway. Where
     autograd cannot run in a forked child (after a backward on fake tensors in this process) the

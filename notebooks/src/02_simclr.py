@@ -72,7 +72,8 @@ cfg = config(
                  min_probe_gain=0.25,              # thresholds the default run is asserted against
                  start_above_chance=True, min_shortcut_loss_gap=1.0,
                  # verdicts of the paired comparisons, as the default run measured them (map_runs:
-                 # one thread per run, the same verdicts wherever the lesson runs)
+                 # one thread per run, the same verdicts however the lesson runs on one machine;
+                 # another CPU's arithmetic can move a verdict at the edge of its interval)
                  colour_verdict=NOT_RESOLVED, colour_r2_verdict=NOT_RESOLVED,
                  colour_r2_z_verdict="jitter > no colour",
                  short_run_verdict=None,           # at the edge of its interval: printed, not claimed
@@ -379,8 +380,8 @@ assert bn_train_gap > 100 * max(bn_eval_gap, 1e-7), "with batch statistics the a
 #
 # Every training run of this lesson is independent of the others (its own seed, arm and model),
 # so the cell below starts them all at once, the two ablations' arms too, spread over the CPU's
-# cores (`runtime.map_runs`: one thread per run, so each run's numbers are the same wherever the
-# lesson runs); each section reads its own runs. The ablations' arms are defined here and
+# cores (`runtime.map_runs`: one thread per run, so on one machine each run's numbers are the
+# same however the lesson runs); each section reads its own runs. The ablations' arms are defined here and
 # explained in their sections.
 
 # %%

@@ -52,8 +52,8 @@ cfg = config(
     # budget_steps: every arm of the comparison gets the FLOPs of this many SimCLR steps;
     # collapse_steps: length of the stop-gradient ablation, read every collapse_every steps.
     # claims: assert claim 1's collapse; verdicts: claim 2's verdicts, the default preset's set
-    # from its default run (map_runs: one thread per run, the same verdicts wherever it runs; None:
-    # at the edge of its interval, printed, not claimed).
+    # from its default run (map_runs: one thread per run, the same verdicts however it runs on
+    # one machine; None: at the edge of its interval, printed, not claimed).
     ci=dict(image_size=16, width=8, blocks=(1, 1, 1), batch=16, dim=32, queue=64,
             lr=2e-3, weight_decay=0.05, temperature=0.2,
             crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,

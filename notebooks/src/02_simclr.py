@@ -508,6 +508,11 @@ plt.show()
 # %%
 losses = history.series("loss")
 start_loss = losses[0]                  # the first step's loss is computed before any update
+# identity: the table's `ablation_steps` row (the temperature experiment's arm at the main T, seed
+# cfg.seed) is the main run's first `ablation_steps` steps run again, in a process of its own:
+# same initial weights, data order and draws, so the same losses, bit for bit
+replayed = losses[max(0, cfg.ablation_steps - 3):cfg.ablation_steps]
+assert at_ablation["loss (last 3 steps)"] == sum(replayed) / len(replayed), (at_ablation, replayed)
 probe_gain = main_comparison["linear"].mean   # mean over the main seeds of (trained − its own init)
 print(f"starting loss of the random-init encoder on real views: {start_loss:.3f} "
       f"(chance level log(2N-1) = {math.log(2 * cfg.batch - 1):.3f}); after {cfg.steps} steps: {losses[-1]:.3f}; "

@@ -324,11 +324,13 @@ def with_superseded_run(result: dict, previous: dict, why: str) -> dict:
     before records held them gets the rows ``previous`` holds, which are its rows where it was
     the last rerun of its objectives), so every recipe change stays comparable on the seeds it
     was made on. Nothing of ``previous`` enters the new rows, verdicts or summary."""
+    def previous_row(key):                 # "dataset_objective" -> that row of ``previous``
+        dataset, name = key.rsplit("_", 1)
+        return previous["datasets"][dataset][name]
+
     records = []
     for record in previous.get("rows_rerun", []):
-        rows = record.get("rerun_rows") or {
-            key: previous["datasets"][key.rsplit("_", 1)[0]][key.rsplit("_", 1)[1]]
-            for key in record["superseded_rows"]}
+        rows = record.get("rerun_rows") or {key: previous_row(key) for key in record["superseded_rows"]}
         records.append({**record, "rerun_rows": rows, "seeds": previous["config"]["seeds"]})
     superseded = {k: v for k, v in previous.items() if k not in ("superseded_runs", "rows_rerun")}
     return {**result, "rows_rerun": records,
@@ -383,25 +385,21 @@ def main(argv=None) -> int:
     ap.add_argument("--why", default="", help="with --rerun: why, stored with the rows; for a full "
                     "run over a committed one: why it is run again, stored with the run it replaces")
     args = ap.parse_args(argv)
+    path = RESULTS / "ssl_quality.json"
     if args.rerun:
         if not args.why:
             ap.error("--rerun needs --why (stored in the result's rows_rerun)")
-        path = RESULTS / "ssl_quality.json"
         result = rerun(json.loads(path.read_text()), tuple(args.rerun), args.why)
         path.write_text(json.dumps(result, indent=1))
     elif args.summarise_again:
-        path = RESULTS / "ssl_quality.json"
         result = summarise_again(json.loads(path.read_text()))
         path.write_text(json.dumps(result, indent=1))
     else:
-        path = RESULTS / "ssl_quality.json"
         previous = None if args.quick or not path.exists() else json.loads(path.read_text())
         if previous is not None and not args.why:
             ap.error("a full run replaces the committed result: say --why (stored with the run it replaces)")
-        result = run_one(Path(__file__), quick=args.quick, seeds=tuple(range(args.seeds)))
-        if previous is not None:
-            result = with_superseded_run(result, previous, args.why)
-            path.write_text(json.dumps(result, indent=1))
+        keep = None if previous is None else (lambda new: with_superseded_run(new, previous, args.why))
+        result = run_one(Path(__file__), quick=args.quick, keep=keep, seeds=tuple(range(args.seeds)))
     print(json.dumps(result["summary"], indent=1))
     return 0
 

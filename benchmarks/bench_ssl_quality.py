@@ -1,8 +1,10 @@
 """What a few CPU minutes of each objective buy, on synthetic and on real-photo data.
 
-For SimCLR, MoCo, SimSiam and MAE: train for a fixed budget of core-seconds (``runtime.core_seconds``:
-CPU time / threads, the wall-clock of an idle machine), then linear-probe the encoder the
-objective trains (``model.encoder``) and subtract the same encoder at random init, on
+For SimCLR, MoCo, SimSiam and MAE: train for a fixed budget of steps, the steps that 180
+core-seconds (``runtime.core_seconds``: CPU time / threads, the wall-clock of an idle machine)
+buy on the machine that calibrated it (``calibrate``; the budget, the rates and the machine are in
+the result's config), then linear-probe the encoder the objective trains (``model.encoder``) at
+a quarter, half and all of its steps, and subtract the same encoder at random init, on
 
 - ``shapes``   the embedded procedural data (class = shape; colour, position, size, rotation and
                texture are nuisances), and
@@ -16,7 +18,7 @@ objective trains (``model.encoder``) and subtract the same encoder at random ini
                it per seed). v2 was chosen by its floor, measured before any training on it.
 
 Goal: every objective >= +15 linear-probe points over its random-init encoder within 3 minutes
-(180 core-seconds) of training on 2 cores, on both datasets. Each row is three seeds: seed s
+(180 core-seconds) of training on 2 cores, on both datasets. Each row is three seeds or more (``config['seeds']``): seed s
 draws the encoder's initial weights, the data order and the augmentations, and its gain is the
 trained encoder's probe minus the probe of the *same* initial weights untouched (the kit's one
 random-init floor: the encoder as built, no BatchNorm recalibration). A row meets the goal only
@@ -25,7 +27,8 @@ when the seeds decide it: ``goal_verdict`` is the kit's one rule for trained run
 ``goal_met`` is true for "gain > +15 goal" alone; a row whose interval straddles +15 is "not
 resolved at this scale" and is listed in ``shortfalls`` with the row's mean, interval and what
 would decide it. One run per row could not decide this: seed 0's gains moved by several points
-between two runs of the same code (the time budget ends on a different step).
+between two runs of the same code under the earlier budget of core-seconds (it ended on a
+different step each time; a budget in steps does not).
 
 What the interval covers: training seeds only. The probe's training and test images are the same
 for every seed, so the draw of those images is shared by every run and is not in the seeds'
@@ -56,39 +59,61 @@ on shapes and above it on textures-recoloured. ``--rerun OBJECTIVE`` reran only 
 ``python benchmarks/bench_ssl_quality.py --summarise-again`` recomputes the committed result's
 derived fields (rows' means, intervals, verdicts, shortfalls, summary) from its stored per-seed
 measurements, with this file's rules, without training: for a change of rule, not of data.
-``--seeds N`` runs seeds 0..N-1 (N >= 3), about 25 minutes of training per seed; choose N before
+``--seeds N`` runs seeds 0..N-1 (N >= 3), about 20 minutes of 2 cores per seed; choose N before
 the run, not after seeing one (adding seeds until a row resolves would be optional stopping). A
 full run replaces the committed result whole and keeps it, with ``--why`` it was run again, in
 ``superseded_runs`` (``with_superseded_run``); the recipe changes in ``rows_rerun`` keep their own
 rows and seeds.
 
-The committed result is the second full run, over five seeds (chosen, before it ran, because the
-three-seed run left textures-recoloured MoCo not resolved against the goal). Its machine bought
-about two thirds of the first run's steps in the same 180 core-seconds (the steps of every seed
-are stored in both), and five of its eight rows meet the goal, against seven of eight in the
-first: the budget in core-seconds is not a budget in training. SimSiam on shapes shows it most
-(+33.8 points at about 3,600 steps, +4.3 at about 1,900). A budget in steps, calibrated once,
-would make rows comparable across machines; the goal's 180 core-seconds are kept as the issue
-states them.
+Why a budget in steps. The first two full runs had a budget of core-seconds, measured as each
+run went. The second run's machine bought about two thirds of the first's steps in the same 180
+core-seconds, and five of its eight rows met the goal, against seven of eight in the first (the
+steps of every seed are stored in both, in ``superseded_runs``): a budget of core-seconds is not a
+budget of training. SimSiam on shapes showed it most (+33.8 points at about 3,600 steps, +4.3 at
+about 1,900). Now the goal's 180 core-seconds are turned into steps once, on an idle machine
+(``--calibrate``), and every later run, on any machine, trains those steps: its CPU time there
+is stored per run (``train_cpu_seconds``), but it no longer changes what is trained. The runs go
+side by side, one thread each (``runtime.map_runs``), since the budget no longer depends on how
+fast they go; two one-thread runs share 2 cores, so half a run's ``train_cpu_seconds`` is its
+share of their wall-clock, the number to hold against the goal's 180 seconds. Probing each run
+at a quarter and half of its steps (``by_checkpoint`` per row) shows how the gain grows with
+steps on one machine, which the two runs above could not separate from the machine.
+
+The first run under this budget (seeds and calibration in its config; the run it replaced is the
+last of ``superseded_runs``) met the goal in every row but one: on textures-recoloured MAE's mean
+gain is above +15 and its interval reaches below it (``shortfalls``), so that row is not
+resolved at this scale, and the run was not extended to decide it (that would be choosing N after
+seeing the result). Its ``by_checkpoint`` shows SimSiam on shapes below the goal at a quarter of
+its steps and above it at half: SimSiam's shortfall in the second run, at under a third of this
+budget's steps, is what the same runs show at that point of their training.
 """
 from __future__ import annotations
 
 import itertools
 import os
+import time
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
+from course_utils import checks
 from course_utils.augment import SimCLRAugment
 from course_utils.compare import compare_paired
 from course_utils.data import load_dataset
 from course_utils.evaluate import probe_encoder
 from course_utils.models import ProjectionHead, SmallResNet, ViT
 from course_utils.objectives import MAE, MoCo, SimCLR, SimSiam, make_step
-from course_utils.runtime import core_seconds
+from course_utils.runtime import core_seconds, map_runs
 
 IMAGE_SIZE, BATCH, GOAL_POINTS = 16, 128, 15
 SEEDS = (0, 1, 2)   # MIN_SEEDS of course_utils.compare: fewer could not resolve a verdict
+TARGET_CORE_SECONDS = 180.0   # the goal's budget: 3 minutes of an idle 2-core machine
+CHECKPOINTS = (0.25, 0.5)     # fractions of the step budget where every run is probed on the way
+QUICK_STEPS = 4
+# benchmarks/run.py does not run this one in full: its full run needs --why and keeps the run it replaces
+RUN_ALONE = ("a full run replaces the committed result and keeps it with why: run "
+             "python benchmarks/bench_ssl_quality.py --seeds N --why '...'")
 OBJECTIVES = ("simclr", "moco", "simsiam", "mae")
 # the lessons' recipe on shapes (large crops, strong colour, quarter turns); on the recoloured
 # textures colour is a nuisance too (drawn per crop), so the same colour strength, with smaller
@@ -148,18 +173,31 @@ def why_short(rows: dict, name: str) -> str:
                    f"above it; this row closed {gain / (100 - floor):.0%} of them")
 
 
-def summarise_row(per_seed: dict, test_images: int) -> dict:
-    """A row from its seeds' measurements ({seed: {"linear_gain_points": ..., ...}}): the goal as
-    the second arm, so the paired differences are gain_s - 15 and the kit's rule gives the seeds'
-    mean, its t-interval and a verdict (resolution: one test image)."""
-    versus_goal = compare_paired([r["linear_gain_points"] for r in per_seed.values()],
-                                 [GOAL_POINTS] * len(per_seed), names=("gain", f"+{GOAL_POINTS} goal"),
+def _versus_goal(gains: list, test_images: int) -> dict:
+    """The goal as the second arm, so the paired differences are gain_s - 15 and the kit's rule
+    gives the seeds' mean, its t-interval and a verdict (resolution: one test image)."""
+    versus_goal = compare_paired(gains, [GOAL_POINTS] * len(gains), names=("gain", f"+{GOAL_POINTS} goal"),
                                  resolution=100 / test_images)
     low, high = versus_goal.interval
-    return {"seeds": per_seed, "linear_gain_points": versus_goal.mean + GOAL_POINTS,
+    return {"linear_gain_points": versus_goal.mean + GOAL_POINTS,
             "seed_standard_error_points": versus_goal.standard_error,
             "gain_interval_points": [low + GOAL_POINTS, high + GOAL_POINTS],
-            "goal_verdict": versus_goal.verdict, "goal_met": versus_goal.verdict == GOAL_MET}
+            "goal_verdict": versus_goal.verdict}
+
+
+def summarise_row(per_seed: dict, test_images: int) -> dict:
+    """A row from its seeds' measurements ({seed: {"linear_gain_points": ..., ...}}): their mean
+    gain against the goal by the kit's rule (``_versus_goal``), and, where the runs were probed
+    on the way (``curve``; runs before the step budget were not), the same at each checkpoint."""
+    row = {"seeds": per_seed, **_versus_goal([r["linear_gain_points"] for r in per_seed.values()], test_images)}
+    row["goal_met"] = row["goal_verdict"] == GOAL_MET
+    curves = [r.get("curve") for r in per_seed.values()]
+    if all(curves):
+        row["by_checkpoint"] = [
+            {"steps": curves[0][i]["steps"],
+             **_versus_goal([curve[i]["linear_gain_points"] for curve in curves], test_images)}
+            for i in range(len(curves[0]))]
+    return row
 
 
 def summarise(datasets: dict) -> tuple[list, dict]:
@@ -173,6 +211,11 @@ def summarise(datasets: dict) -> tuple[list, dict]:
     summary["goal_verdicts"] = {f"{d}_{n}": rows[n]["goal_verdict"]
                                 for d, rows in datasets.items() for n in OBJECTIVES}
     summary["goal_met_rows"] = sum(rows[n]["goal_met"] for rows in datasets.values() for n in OBJECTIVES)
+    probed = [rows[n]["by_checkpoint"] for rows in datasets.values() for n in OBJECTIVES
+              if "by_checkpoint" in rows[n]]
+    if probed and len(probed) == len(datasets) * len(OBJECTIVES):   # how many rows met it on the way
+        summary["goal_met_rows_by_checkpoint"] = [sum(row[i]["goal_verdict"] == GOAL_MET for row in probed)
+                                                  for i in range(len(probed[0]))]
     summary["rows"] = len(datasets) * len(OBJECTIVES)
     summary["goal_met_everywhere"] = not shortfalls
     return shortfalls, summary
@@ -206,19 +249,84 @@ def _build(name: str, augment, seed: int):
     return model, make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(seed))
 
 
-def _train_for(step, batches, seconds: float) -> int:
-    done, start = 0, core_seconds()
+def calibrate(seconds: float = 20.0, warmup: int = 10) -> dict:
+    """The step budget, measured on this machine: per dataset and objective, the steps that
+    TARGET_CORE_SECONDS buy at torch's thread count (2 for the goal: an idle 2-core machine),
+    from seed 0's steps in ``seconds`` core-seconds after ``warmup`` untimed steps. Measure it on
+    an idle machine: a neighbour's load makes waiting threads spin, which adds core-seconds and
+    lowers the budget. -> {"step_budget": {dataset: {objective: steps}}, "steps_per_core_second":
+    ..., and what the machine was}."""
+    import platform
+    checks.positive_float(seconds, "seconds", hint="core-seconds per objective to time")
+    load_before = os.getloadavg()
+    rates = {}
+    for dataset, recipe in AUGMENT.items():
+        train = load_dataset(dataset, "train", image_size=IMAGE_SIZE)
+        augment = SimCLRAugment(IMAGE_SIZE, **recipe)
+        rates[dataset] = {}
+        for name in tqdm(OBJECTIVES, desc=f"calibrating on {dataset}", leave=False):
+            _, step = _build(name, augment, 0)
+            batches = itertools.chain.from_iterable(
+                train.batches(BATCH, seed=0, with_ids=True)(epoch) for epoch in itertools.count())
+            for _ in range(warmup):
+                step(next(batches))
+            done, start = 0, core_seconds()
+            while core_seconds() - start < seconds:
+                step(next(batches))
+                done += 1
+            rates[dataset][name] = done / (core_seconds() - start)
+    return {"step_budget": {d: {n: round(TARGET_CORE_SECONDS * r) for n, r in by_name.items()}
+                            for d, by_name in rates.items()},
+            "steps_per_core_second": rates, "timed_core_seconds_each": seconds,
+            "torch_threads": torch.get_num_threads(), "cpu": _cpu_name(), "python": platform.python_version(),
+            "torch": torch.__version__, "load_average_before": load_before,
+            "load_average_after": os.getloadavg()}
+
+
+def _cpu_name() -> str:
+    import platform
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def checkpoints(steps: int) -> list[int]:
+    """The steps at which a run of ``steps`` is probed: each of CHECKPOINTS' fractions, then the
+    end (at least one step each, no step twice)."""
+    return sorted({max(1, round(f * steps)) for f in CHECKPOINTS} | {steps})
+
+
+def train_and_probe(name: str, seed: int, steps: int, augment, train, probe_train, test) -> dict:
+    """One run: objective ``name`` from seed ``seed`` (initial weights, data order, views),
+    trained for exactly ``steps`` steps and probed at each of ``checkpoints(steps)``; probing
+    draws nothing the training draws and puts every train/eval flag back, so the run is the one
+    it would be unprobed. -> the last probe ({"linear", "knn"}), its ``steps``, the
+    ``train_cpu_seconds`` of the training alone (this process's CPU time, probes excluded) and
+    the earlier probes as ``curve``."""
+    model, step = _build(name, augment, seed)
+    marks, curve = checkpoints(steps), []
+    done, spent = 0, 0.0
     for epoch in itertools.count():
-        for batch in batches(epoch):
+        for batch in train.batches(BATCH, seed=seed, with_ids=True)(epoch):
+            start = time.process_time()
             step(batch)
+            spent += time.process_time() - start
             done += 1
-            if core_seconds() - start > seconds:
-                return done
+            if done in marks:
+                curve.append({"steps": done, "train_cpu_seconds": spent,
+                              **probe_encoder(model.encoder, probe_train, test)})
+                if done == steps:
+                    return {**curve[-1], "curve": curve[:-1]}
     raise AssertionError("unreachable")
 
 
-def quality_on(dataset: str, seconds: float, quick: bool, seeds, progress,
-               objectives=OBJECTIVES) -> dict:
+def quality_on(dataset: str, budget: dict, quick: bool, seeds, objectives=OBJECTIVES) -> dict:
+    """Every row of ``dataset`` for ``objectives``: each seed's run of ``budget[objective]``
+    steps against the same seed's untouched random init. The runs go side by side, one thread
+    each (``map_runs``): the budget is in steps, so where and how fast a run goes changes its
+    time, not its training."""
     train = load_dataset(dataset, "train", image_size=IMAGE_SIZE)
     test = load_dataset(dataset, "test", image_size=IMAGE_SIZE)
     test = test.subset(min(len(test), 256 if quick else 1000), seed=2)  # the textures' test split has 512
@@ -229,35 +337,40 @@ def quality_on(dataset: str, seconds: float, quick: bool, seeds, progress,
     rows = {"random_init": {family: {seed: floors[family, seed] for seed in seeds}
                             for family in ("resnet", "vit")},
             "augment": repr(augment), "train_images": len(train), "test_images": len(test)}
+    keys = [(name, seed) for name in objectives for seed in seeds]
+    runs = map_runs(lambda key: train_and_probe(*key, budget[key[0]], augment, train, probe_train, test),
+                    keys, desc=f"{dataset}: runs")
     for name in objectives:
         per_seed = {}
         for seed in seeds:
-            progress.set_postfix_str(f"{dataset} {name} seed {seed}")
-            model, step = _build(name, augment, seed)
-            steps = _train_for(step, train.batches(BATCH, seed=seed, with_ids=True), seconds)
-            probe = probe_encoder(model.encoder, probe_train, test)
-            floor = floors[_family(name), seed]
-            per_seed[seed] = {"steps": steps, **probe, "floor_linear": floor["linear"],
-                              "linear_gain_points": 100 * (probe["linear"] - floor["linear"]),
-                              "probe_standard_error_points":
-                                  probe_standard_error(probe["linear"], floor["linear"], len(test))}
-            progress.update()
+            run = runs[name, seed]
+            floor = floors[_family(name), seed]["linear"]
+            gain = lambda probe: 100 * (probe["linear"] - floor)   # noqa: E731
+            per_seed[seed] = {**run, "curve": [{**c, "linear_gain_points": gain(c)} for c in run["curve"]],
+                              "floor_linear": floor, "linear_gain_points": gain(run),
+                              "probe_standard_error_points": probe_standard_error(run["linear"], floor, len(test))}
         rows[name] = summarise_row(per_seed, len(test))
     return rows
 
 
-def run(quick: bool = False, seconds: float | None = None, seeds=SEEDS) -> dict:
-    seconds = seconds if seconds is not None else (10.0 if quick else 180.0)
-    with tqdm(total=len(AUGMENT) * len(OBJECTIVES) * len(seeds), desc="ssl quality runs") as progress:
-        results = {dataset: quality_on(dataset, seconds, quick, tuple(seeds), progress) for dataset in AUGMENT}
+def run(quick: bool = False, seeds=SEEDS, step_budget: dict | None = None,
+        calibrate_seconds: float = 20.0) -> dict:
+    """The benchmark: every row at ``step_budget`` ({dataset: {objective: steps}}; None:
+    ``calibrate`` it here first, or QUICK_STEPS each when ``quick``)."""
+    calibration = None
+    if quick:
+        step_budget = {d: {n: QUICK_STEPS for n in OBJECTIVES} for d in AUGMENT}
+    elif step_budget is None:
+        calibration = calibrate(calibrate_seconds)
+        step_budget = calibration["step_budget"]
+    results = {dataset: quality_on(dataset, step_budget[dataset], quick, tuple(seeds)) for dataset in AUGMENT}
     shortfalls, summary = summarise(results)
-    return {"config": dict(image_size=IMAGE_SIZE, batch=BATCH, train_core_seconds=seconds, seeds=list(seeds),
-                           goal_gain_points=GOAL_POINTS, objectives=list(OBJECTIVES),
-                           budget="CPU time / threads, i.e. wall-clock on an idle machine",
-                           # the goal's budget is 3 minutes on 2 cores: two threads on an idle
-                           # machine. One thread (OMP_NUM_THREADS=1) is the conservative run on a
-                           # shared machine: 180 s of one core is less training than 180 s of two
-                           torch_threads=torch.get_num_threads(),
+    return {"config": dict(image_size=IMAGE_SIZE, batch=BATCH, train_core_seconds=TARGET_CORE_SECONDS,
+                           step_budget=step_budget, checkpoint_fractions=list(CHECKPOINTS),
+                           seeds=list(seeds), goal_gain_points=GOAL_POINTS, objectives=list(OBJECTIVES),
+                           budget="steps: what train_core_seconds (CPU time / threads, the wall-clock "
+                                  "of an idle machine) bought on the calibrating machine",
+                           calibration=calibration, torch_threads=torch.get_num_threads(),
                            load_average_at_end=os.getloadavg()),
             "datasets": results, "shortfalls": shortfalls, "summary": summary}
 
@@ -268,26 +381,26 @@ def rerun(stored: dict, objectives: tuple[str, ...], why: str) -> dict:
     unless every random-init floor measured now equals the stored one (the same initial weights
     and probe: the rows kept and the rows rerun are judged against the same floors). The reruns
     are listed in ``rows_rerun``."""
-    import time
     config = stored["config"]
-    if stored.get("quick") or config["train_core_seconds"] != 180.0:
-        raise ValueError("rerun rows into a full run only (not quick, 180 core-seconds)")
+    if stored.get("quick") or config["train_core_seconds"] != TARGET_CORE_SECONDS:
+        raise ValueError(f"rerun rows into a full run only (not quick, {TARGET_CORE_SECONDS:g} core-seconds)")
+    if "step_budget" not in config:
+        raise ValueError("the stored run has no step budget (its runs had a budget of core-seconds, "
+                         "which buys different training on another machine): run all rows")
     unknown = set(objectives) - set(OBJECTIVES)
     if unknown or not objectives:
         raise ValueError(f"objectives to rerun must be among {OBJECTIVES}, got {objectives}")
     seeds = tuple(config["seeds"])
     start = time.time()
     datasets = {}
-    with tqdm(total=len(AUGMENT) * len(objectives) * len(seeds), desc="ssl quality reruns") as progress:
-        for dataset in AUGMENT:
-            fresh = quality_on(dataset, config["train_core_seconds"], False, seeds, progress,
-                               objectives)
-            kept = stored["datasets"][dataset]
-            floors_now = json_rows(fresh["random_init"])
-            if floors_now != kept["random_init"]:
-                raise ValueError(f"{dataset}: the random-init floors measured now differ from the "
-                                 f"stored ones ({floors_now} vs {kept['random_init']}): rerun all rows")
-            datasets[dataset] = {**kept, **{n: json_rows(fresh[n]) for n in objectives}}
+    for dataset in AUGMENT:
+        fresh = quality_on(dataset, config["step_budget"][dataset], False, seeds, objectives)
+        kept = stored["datasets"][dataset]
+        floors_now = json_rows(fresh["random_init"])
+        if floors_now != kept["random_init"]:
+            raise ValueError(f"{dataset}: the random-init floors measured now differ from the "
+                             f"stored ones ({floors_now} vs {kept['random_init']}): rerun all rows")
+        datasets[dataset] = {**kept, **{n: json_rows(fresh[n]) for n in objectives}}
     record = {"objectives": list(objectives), "why": why, "seconds": round(time.time() - start, 2),
               "torch_threads": torch.get_num_threads(), "load_average_at_end": os.getloadavg()}
     return with_rerun_record(stored, datasets, record)
@@ -361,7 +474,6 @@ def main(argv=None) -> int:
     import argparse
     import json
     import sys
-    from pathlib import Path
     sys.path.insert(0, str(Path(__file__).parent))
     from run import RESULTS, run_one
 
@@ -376,7 +488,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small and short: printed, not written")
     ap.add_argument("--seeds", type=seed_count, default=len(SEEDS),
-                    help=f"seeds per row, 0..N-1 (default {len(SEEDS)}; about 25 minutes each)")
+                    help=f"seeds per row, 0..N-1 (default {len(SEEDS)}; about 20 minutes of 2 cores each)")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="a full run measures its step budget on this machine (idle, please) instead "
+                         "of training the committed result's steps")
     ap.add_argument("--summarise-again", action="store_true",
                     help="recompute the committed result's verdicts from its stored runs; no training")
     ap.add_argument("--rerun", nargs="+", choices=OBJECTIVES, metavar="OBJECTIVE",
@@ -399,7 +514,13 @@ def main(argv=None) -> int:
         if previous is not None and not args.why:
             ap.error("a full run replaces the committed result: say --why (stored with the run it replaces)")
         keep = None if previous is None else (lambda new: with_superseded_run(new, previous, args.why))
-        result = run_one(Path(__file__), quick=args.quick, keep=keep, seeds=tuple(range(args.seeds)))
+        # the same steps as the committed run, wherever this runs, unless told to measure anew
+        budget = None if args.calibrate or previous is None else previous["config"].get("step_budget")
+        if budget is None and not args.quick:
+            print(f"calibrating the step budget: the steps {TARGET_CORE_SECONDS:g} core-seconds buy "
+                  f"here at {torch.get_num_threads()} threads", flush=True)
+        result = run_one(Path(__file__), quick=args.quick, keep=keep, seeds=tuple(range(args.seeds)),
+                         step_budget=budget)
     print(json.dumps(result["summary"], indent=1))
     return 0
 

@@ -60,7 +60,9 @@ def test_ssl_quality_benchmark_reports_every_objective_on_both_datasets():
     goal only where the kit's one rule (course_utils.compare) resolves it above +15."""
     from course_utils.compare import compare_paired
     bench = load("bench_ssl_quality")
-    result = bench.run(quick=True, seconds=0.01, seeds=(0, 1, 2))
+    result = bench.run(quick=True, seeds=(0, 1, 2))
+    assert result["config"]["step_budget"] == {d: {n: bench.QUICK_STEPS for n in bench.OBJECTIVES}
+                                               for d in ("shapes", "textures-recoloured")}
     for dataset in ("shapes", "textures-recoloured"):
         rows = result["datasets"][dataset]
         for family in ("resnet", "vit"):   # each seed its own initial weights
@@ -72,6 +74,14 @@ def test_ssl_quality_benchmark_reports_every_objective_on_both_datasets():
             for seed, run in row["seeds"].items():
                 assert run["floor_linear"] == rows["random_init"][family][seed]["linear"]
                 assert abs(run["linear_gain_points"] - 100 * (run["linear"] - run["floor_linear"])) < 1e-9
+                # every run trains the budget's steps, probed on the way at the checkpoints
+                assert run["steps"] == bench.QUICK_STEPS and run["train_cpu_seconds"] > 0
+                assert [c["steps"] for c in run["curve"]] == bench.checkpoints(bench.QUICK_STEPS)[:-1]
+                for c in run["curve"]:
+                    assert c["linear_gain_points"] == pytest.approx(100 * (c["linear"] - run["floor_linear"]))
+            for i, point in enumerate(row["by_checkpoint"]):
+                at = [run["curve"][i]["linear_gain_points"] for run in row["seeds"].values()]
+                assert point["linear_gain_points"] == pytest.approx(sum(at) / len(at))
             gains = [run["linear_gain_points"] for run in row["seeds"].values()]
             expected = compare_paired(gains, [15] * 3, names=("gain", "+15 goal"),
                                       resolution=100 / rows["test_images"])
@@ -98,6 +108,24 @@ def test_ssl_quality_pairs_each_trained_encoder_with_its_own_initial_weights():
         for other, same in ((1, True), (2, False)):
             floor = bench._encoder(family, other).state_dict()
             assert all(torch.equal(start[k], floor[k]) for k in floor) == same, (name, other)
+
+
+def test_ssl_quality_probing_on_the_way_leaves_the_run_as_it_would_be_unprobed(monkeypatch):
+    """A run probed at its checkpoints ends bit for bit where the same run probed only at its end
+    does: the probes draw nothing the training draws and put BatchNorm's flags back."""
+    from course_utils.augment import SimCLRAugment
+    from course_utils.data import load_dataset
+    bench = load("bench_ssl_quality")
+    train = load_dataset("shapes", "train", image_size=16)
+    probe_train, test = train.subset(64, seed=1), train.subset(64, seed=2)
+    augment = SimCLRAugment(16, **bench.AUGMENT["shapes"])
+    for name in ("moco", "mae"):   # a queue and a momentum encoder; a mask drawn per step
+        probed = bench.train_and_probe(name, 0, 4, augment, train, probe_train, test)
+        monkeypatch.setattr(bench, "CHECKPOINTS", ())
+        unprobed = bench.train_and_probe(name, 0, 4, augment, train, probe_train, test)
+        monkeypatch.undo()
+        assert [c["steps"] for c in probed["curve"]] == [1, 2] and unprobed["curve"] == []
+        assert (probed["linear"], probed["knn"]) == (unprobed["linear"], unprobed["knn"]), name
 
 
 def test_committed_ssl_quality_verdicts_follow_from_its_runs():
@@ -166,9 +194,14 @@ def test_ssl_quality_rerun_replaces_only_its_rows_and_needs_the_same_floors(monk
     import json
     bench = load("bench_ssl_quality")
     stored = json.loads((ROOT / "benchmarks" / "results" / "ssl_quality.json").read_text())
+    if "step_budget" not in stored["config"]:   # a run with a budget of core-seconds: refused
+        with pytest.raises(ValueError, match="step budget"):
+            bench.rerun(stored, ("simsiam",), "a test")
+        stored["config"]["step_budget"] = {d: {n: 100 for n in bench.OBJECTIVES} for d in stored["datasets"]}
     shift = {"floors": 0.0}
 
-    def quality_on(dataset, seconds, quick, seeds, progress, objectives):
+    def quality_on(dataset, budget, quick, seeds, objectives):
+        assert budget == stored["config"]["step_budget"][dataset]
         kept = stored["datasets"][dataset]
         rows = {"random_init": {f: {int(s): {**v, "linear": v["linear"] + shift["floors"]}
                                     for s, v in by_seed.items()}
@@ -265,3 +298,14 @@ def test_a_full_run_keeps_the_run_it_replaces_and_the_recipe_changes_rows():
         for key in record["superseded_rows"]:
             dataset, name = key.rsplit("_", 1)
             assert record["rerun_rows"][key] == old["datasets"][dataset][name]
+
+
+def test_the_runner_leaves_a_benchmark_that_keeps_history_to_its_own_command(monkeypatch, capsys):
+    """benchmarks/run.py in full skips the SSL benchmark (its full run must keep the run it
+    replaces, with why), says how to run it, and writes nothing; --quick still runs it."""
+    runner = load("run")
+    ran = []
+    monkeypatch.setattr(runner, "run_one", lambda path, quick, **_: ran.append((path.stem, quick)) or {})
+    assert runner.main(["ssl_quality"]) == 0
+    assert ran == [] and "bench_ssl_quality.py --seeds N --why" in capsys.readouterr().out
+    assert runner.main(["ssl_quality", "--quick"]) == 0 and ran == [("bench_ssl_quality", True)]

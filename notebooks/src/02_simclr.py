@@ -74,7 +74,10 @@ cfg = config(
                  # verdicts of the paired comparisons, as the default run measured them (map_runs:
                  # one thread per run, the same verdicts however the lesson runs on one machine;
                  # another CPU's arithmetic can move a verdict at the edge of its interval)
-                 colour_verdict=NOT_RESOLVED, colour_r2_verdict=NOT_RESOLVED,
+                 # the shape probe, jitter − no colour, sits at the edge of its interval: the
+                 # same default run gave "not resolved" on one machine and "jitter > no colour"
+                 # on another, so the claim is what both share: the verdicts it may take
+                 colour_verdict=("jitter > no colour", NOT_RESOLVED), colour_r2_verdict=NOT_RESOLVED,
                  colour_r2_z_verdict="jitter > no colour",
                  short_run_verdict=None,           # at the edge of its interval: printed, not claimed
                  geometry_verdicts={"uniformity": None, "alignment": "T=1.0 > T=0.2"},  # by temperature
@@ -795,8 +798,8 @@ if cfg.min_shortcut_loss_gap is not None:
         "a linear map still reads most of the colour off the jitter arm's features"
 if cfg.colour_r2_verdict is not None:
     assert colour_r2_comparison.verdict == cfg.colour_r2_verdict, colour_r2_comparison.describe(100)
-if cfg.colour_verdict is not None:
-    assert colour_comparison.verdict == cfg.colour_verdict, colour_comparison.describe(100)
+if cfg.colour_verdict is not None:   # the no-colour arm is not resolved above the jitter arm
+    assert colour_comparison.verdict in cfg.colour_verdict, colour_comparison.describe(100)
 if cfg.colour_r2_z_verdict is not None:
     assert colour_r2_z_comparison.verdict == cfg.colour_r2_z_verdict, colour_r2_z_comparison.describe(100)
 
@@ -805,12 +808,15 @@ if cfg.colour_r2_z_verdict is not None:
 # initial weights, data order and the geometric draws; only the colour step differs), and compared
 # by the kit's rule. Without colour distortion the loss at the same step is far lower at every
 # seed (printed; at default scale asserted above `min_shortcut_loss_gap`): the task got easy. The
-# like-for-like test of what the shortcut costs is the shape probe, and at this scale it is **not
-# resolved**: over `temperature_seeds` paired seeds the 95% interval of the same-seed difference
-# contains zero (verdict and interval printed, asserted at default scale; the floor's probe is
-# printed beside it). Few seeds give Student's t a large factor, and `ablation_steps` steps are
-# the start of training. Chen et al. (2020, §3 and Fig. 5) find colour distortion worth many
-# points of ImageNet linear accuracy after full-length training: cited, not reproduced here.
+# like-for-like test of what the shortcut costs is the shape probe, and at this scale it sits at
+# the edge of what `temperature_seeds` paired seeds resolve: the same default run has given
+# "jitter > no colour" on one machine and "not resolved at this scale" on another, its mean on
+# the jitter side on both (verdict and interval printed above; the floor's probe is printed
+# beside it). So the lesson claims only what both share, asserted at default scale: **the
+# no-colour arm does not resolve above the jitter arm**. It does not claim the size of the cost:
+# few seeds give Student's t a large factor, and `ablation_steps` steps are the start of
+# training. Chen et al. (2020, §3 and Fig. 5) find colour distortion worth many points of
+# ImageNet linear accuracy after full-length training: cited, not reproduced here.
 #
 # Whether the no-colour features keep *more colour* is **not resolved at this scale**: the colour
 # R² (a ridge map from the backbone's features to each image's mean colour) differs between the

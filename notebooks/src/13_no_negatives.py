@@ -530,21 +530,19 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #
 # - **Scale.** Every run here is minutes of a small ResNet on 16-pixel synthetic shapes. SimSiam
 #   reaches 91.8% on CIFAR-10 after 800 epochs in its paper; this lesson measures the start of
-#   training, where SimSiam starts slowly (claim 2 measures it here). The verdicts are about this budget, not
-#   about the methods' ceilings. The kit's SSL benchmark (`benchmarks/bench_ssl_quality.py`)
-#   trains each objective for a fixed budget of core-seconds on the same kind of shapes (several
-#   seeds, a time budget rather than matched FLOPs; its budget and batch are printed below, its
-#   steps as ratios). Its committed result (`benchmarks/results/ssl_quality.json`, read below where the
-#   repository is at hand) holds SimSiam with this lesson's AdamW (the rows a later rerun
-#   replaced) and with SGD (see *Recipe*): on the machine of that change, with either, SimSiam
-#   gained at least the benchmark's goal (printed below) over its random-init floor on shapes, on
-#   every seed (asserted). The benchmark's later full run (its seed count printed), whose machine
-#   bought fewer steps in the same core-seconds (the ratios are printed), measured SimSiam with SGD
-#   on shapes below the goal and below the first machine's run, paired by seed (both asserted). The two runs differ in the steps
-#   bought and in the machine itself (the same seed's random-init floor moved a little: the
-#   numerics differ), so this does not separate steps from machine; it says that the goal at a
-#   budget of core-seconds depends on the machine, and that SimSiam's start is a start, not a
-#   result that survives any budget.
+#   training, where SimSiam starts slowly (claim 2 measures it here). The verdicts are about this
+#   budget, not about the methods' ceilings. The kit's SSL benchmark
+#   (`benchmarks/bench_ssl_quality.py`) trains each objective for a fixed budget of steps on the
+#   same kind of shapes (the steps its time budget bought on the machine that calibrated it;
+#   several seeds) and probes every run at a quarter and at half of its steps on the way. In its
+#   committed result (`benchmarks/results/ssl_quality.json`, read below where the repository is
+#   at hand), SimSiam on shapes is below the benchmark's goal at a quarter of its steps and above
+#   it at all of them, and each seed's full run is above its own quarter-way probe (the kit's
+#   paired verdict; all three asserted). Those are the same runs on one machine, differing only in
+#   the steps trained: SimSiam's slow start is overtaken by more steps of the same run. The
+#   benchmark's two earlier full runs had a budget of core-seconds instead, and their machines
+#   bought different numbers of steps in it (printed below as fractions of today's budget), which
+#   is why SimSiam's row there met the goal on one machine and missed it on the other.
 # - **Why no collapse** is not settled by this lesson: we show that the stop-gradient (and the
 #   predictor) is necessary here, not why it is sufficient. BYOL relies on the same predictor and
 #   stop-gradient, with a momentum target on top; VICReg and Barlow Twins avoid collapse another
@@ -558,7 +556,9 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   its real-photo textures row fell short of the benchmark's goal; on shapes SGD resolved below
 #   AdamW (both printed below, each as the kit's paired verdict over the seeds the change was made
 #   on). The SGD runs also bought a few percent fewer steps in the same core-seconds (the ratio is
-#   printed), so the optimizer and the steps are not separated there either.
+#   printed), so the optimizer and the steps are not separated there either. On the machine and
+#   seeds of that change, SimSiam gained at least the benchmark's goal on shapes with either
+#   optimizer, on every seed (asserted below).
 # - **The ledger's saving** (no B² term) matters where the batch is large against the encoder's
 #   activations per image, the regime of lesson 02's gradient caching; at this lesson's batch the
 #   encoder's activations dominate both steps.
@@ -569,45 +569,54 @@ ssl = committed_result("ssl_quality")
 if ssl is None:
     print("benchmarks/results/ssl_quality.json is not here (the kit runs without its repository)")
 else:
+    config = ssl["config"]
+    goal = config["goal_gain_points"]
+    steps = lambda row: {s: r["steps"] for s, r in row["seeds"].items()}  # noqa: E731
+    gains = lambda row: ", ".join(f"{r['linear_gain_points']:+.1f}" for r in row["seeds"].values())  # noqa: E731
+    # Scale: the committed run's SimSiam on shapes, probed at a quarter, half and all of its steps
+    committed = ssl["datasets"]["shapes"]["simsiam"]
+    budget_steps = config["step_budget"]["shapes"]["simsiam"]
+    print(f"the benchmark: {budget_steps:,} SimSiam steps on shapes at batch {config['batch']} (what "
+          f"{config['train_core_seconds']:g} core-seconds bought on the calibrating machine); its goal: +{goal} "
+          f"points; {len(committed['seeds'])} seeds")
+    for point in committed["by_checkpoint"]:
+        low, high = point["gain_interval_points"]
+        print(f"  after {point['steps']:>6,} steps: {point['linear_gain_points']:+.1f} points "
+              f"[{low:+.1f}, {high:+.1f}]: {point['goal_verdict']}")
+    low, high = committed["gain_interval_points"]
+    print(f"  after {budget_steps:>6,} steps: {committed['linear_gain_points']:+.1f} points "
+          f"[{low:+.1f}, {high:+.1f}]: {committed['goal_verdict']}")
+    quarter = {s: r["curve"][0]["linear_gain_points"] for s, r in committed["seeds"].items()}
+    full_vs_quarter = compare_paired({s: r["linear_gain_points"] for s, r in committed["seeds"].items()},
+                                     quarter, names=("all steps", "a quarter of them"))
+    print("SimSiam on shapes, the same runs, " + full_vs_quarter.describe(1, " points"))
+    for earlier in ssl["superseded_runs"]:
+        row = earlier["datasets"]["shapes"]["simsiam"]
+        fractions = sorted(n / budget_steps for n in steps(row).values())
+        print(f"an earlier run, {earlier['config']['train_core_seconds']:g} core-seconds on its machine: "
+              f"{fractions[0]:.2f}-{fractions[-1]:.2f} of today's steps; SimSiam on shapes: {row['goal_verdict']}")
+    # claims: below the goal a quarter of the way, above it at the end, and the end above the quarter
+    assert committed["by_checkpoint"][0]["goal_verdict"] == f"+{goal} goal > gain", committed["by_checkpoint"][0]
+    assert committed["goal_verdict"] == f"gain > +{goal} goal", committed["goal_verdict"]
+    assert full_vs_quarter.verdict == "all steps > a quarter of them", full_vs_quarter.describe(1)
+
+    # Recipe: the change's own rows, both optimizers on the seeds and machine it was made on
     change = next(r for r in ssl["rows_rerun"] if "simsiam" in r["objectives"])
     for dataset in ("shapes", "textures-recoloured"):
-        # the change's own rows: both recipes on the seeds it was made on, paired by seed
         adamw = change["superseded_rows"][f"{dataset}_simsiam"]
         sgd = change["rerun_rows"][f"{dataset}_simsiam"]
         versus = change["rerun_versus_superseded"][f"{dataset}_simsiam"]
-        gains = lambda row: ", ".join(f"{r['linear_gain_points']:+.1f}" for r in row["seeds"].values())  # noqa: E731
         low, high = versus["interval_points"]
-        print(f"SSL benchmark, {dataset}, SimSiam over its random init, seeds {', '.join(adamw['seeds'])}: AdamW {gains(adamw)}; "
-              f"SGD {gains(sgd)}; SGD - AdamW {versus['mean_points']:+.1f} [{low:+.1f}, {high:+.1f}]: "
-              f"{versus['verdict'].replace('rerun', 'SGD').replace('superseded', 'AdamW')}")
-    # the change's own shapes rows, AdamW and SGD, on the machine and seeds it was made on
+        print(f"the recipe change, {dataset}, SimSiam over its random init, seeds {', '.join(adamw['seeds'])}: "
+              f"AdamW {gains(adamw)}; SGD {gains(sgd)}; SGD - AdamW {versus['mean_points']:+.1f} "
+              f"[{low:+.1f}, {high:+.1f}]: {versus['verdict'].replace('rerun', 'SGD').replace('superseded', 'AdamW')}")
     adamw, sgd = change["superseded_rows"]["shapes_simsiam"], change["rerun_rows"]["shapes_simsiam"]
-    steps = lambda row: {s: r["steps"] for s, r in row["seeds"].items()}  # noqa: E731
-    config = ssl["config"]
-    goal = config["goal_gain_points"]
-    print(f"the benchmark: {config['train_core_seconds']:g} core-seconds per run at batch {config['batch']}; "
-          f"its goal: +{goal} points")
     sgd_steps, adamw_steps = steps(sgd), steps(adamw)
-    print("SGD's steps over AdamW's, same seed and core-seconds: "
+    print("the recipe change, SGD's steps over AdamW's, same seed and core-seconds: "
           + ", ".join(f"{sgd_steps[s] / adamw_steps[s]:.2f}" for s in sgd_steps))
-    # claim: with either optimizer, at least the benchmark's goal (+15) on shapes on every seed
+    # claims: with either optimizer at least the goal on shapes on every seed; with AdamW the
+    # textures row fell short of the goal; on shapes SGD cost points
     assert min(r["linear_gain_points"] for row in (adamw, sgd) for r in row["seeds"].values()) >= goal
-    # claims: the committed five-seed run (SGD) bought fewer steps, is below the goal, and is below
-    # the first machine's SGD run seed by seed
-    committed = ssl["datasets"]["shapes"]["simsiam"]
-    shared = sorted(set(committed["seeds"]) & set(sgd["seeds"]))
-    committed_steps = steps(committed)
-    ratio = [committed_steps[s] / sgd_steps[s] for s in shared]
-    print(f"committed run, shapes, SimSiam (SGD), {len(committed['seeds'])} seeds: gains {gains(committed)}: "
-          f"{committed['goal_verdict']}; its steps over the first machine's, seeds {', '.join(shared)}: "
-          + ", ".join(f"{r:.2f}" for r in ratio))
-    machines = compare_paired({s: sgd["seeds"][s]["linear_gain_points"] for s in shared},
-                              {s: committed["seeds"][s]["linear_gain_points"] for s in shared},
-                              names=("first machine", "second machine"))
-    print("SimSiam (SGD) on shapes, gain over the floor, " + machines.describe(1, " points"))
-    assert max(ratio) < 1 and committed["goal_verdict"] == f"+{goal} goal > gain"
-    assert machines.verdict == "first machine > second machine", machines.describe(1)
-    # claims: with AdamW the textures row fell short of the goal; on shapes SGD cost points
     assert not change["superseded_rows"]["textures-recoloured_simsiam"]["goal_met"]
     assert change["rerun_versus_superseded"]["shapes_simsiam"]["verdict"] == "superseded > rerun"
 

@@ -67,9 +67,9 @@ rows and seeds.
 
 Why a budget in steps. The first two full runs had a budget of core-seconds, measured as each
 run went. The second run's machine bought about two thirds of the first's steps in the same 180
-core-seconds, and five of its eight rows met the goal, against seven of eight in the first (the
-steps of every seed are stored in both, in ``superseded_runs``): a budget of core-seconds is not a
-budget of training. SimSiam on shapes showed it most (+33.8 points at about 3,600 steps, +4.3 at
+core-seconds, and five of its eight rows met the goal, against seven of eight in the first (six
+before its SimSiam rows were rerun with SGD, see above; the steps of every seed are stored in
+both, in ``superseded_runs``): a budget of core-seconds is not a budget of training. SimSiam on shapes showed it most (+33.8 points at about 3,600 steps, +4.3 at
 about 1,900). Now the goal's 180 core-seconds are turned into steps once, on an idle machine
 (``--calibrate``), and every later run, on any machine, trains those steps: its CPU time there
 is stored per run (``train_cpu_seconds``), but it no longer changes what is trained. The runs go
@@ -84,8 +84,9 @@ last of ``superseded_runs``) met the goal in every row but one: on textures-reco
 gain is above +15 and its interval reaches below it (``shortfalls``), so that row is not
 resolved at this scale, and the run was not extended to decide it (that would be choosing N after
 seeing the result). Its ``by_checkpoint`` shows SimSiam on shapes below the goal at a quarter of
-its steps and above it at half: SimSiam's shortfall in the second run, at under a third of this
-budget's steps, is what the same runs show at that point of their training.
+its steps and above it at half: SimSiam's shortfall in the second run (other runs, at a little
+over a quarter of this budget's steps) is consistent with what the committed runs show a quarter
+of the way.
 """
 from __future__ import annotations
 
@@ -444,7 +445,9 @@ def with_superseded_run(result: dict, previous: dict, why: str) -> dict:
     records = []
     for record in previous.get("rows_rerun", []):
         rows = record.get("rerun_rows") or {key: previous_row(key) for key in record["superseded_rows"]}
-        records.append({**record, "rerun_rows": rows, "seeds": previous["config"]["seeds"]})
+        # the seeds the change was made on are its rows' (not the replaced run's, which may have more)
+        records.append({**record, "rerun_rows": rows,
+                        "seeds": sorted({int(s) for row in rows.values() for s in row["seeds"]})})
     superseded = {k: v for k, v in previous.items() if k not in ("superseded_runs", "rows_rerun")}
     return {**result, "rows_rerun": records,
             "superseded_runs": [*previous.get("superseded_runs", []), {"why": why, **superseded}]}

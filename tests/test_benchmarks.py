@@ -298,6 +298,12 @@ def test_a_full_run_keeps_the_run_it_replaces_and_the_recipe_changes_rows():
         for key in record["superseded_rows"]:
             dataset, name = key.rsplit("_", 1)
             assert record["rerun_rows"][key] == old["datasets"][dataset][name]
+    # a record that holds its rows keeps their seeds, whatever the replaced run's seed count
+    later = bench.with_superseded_run(new, stored, "again")
+    for record in later["rows_rerun"]:
+        assert record["seeds"] == sorted({int(s) for row in record["rerun_rows"].values() for s in row["seeds"]})
+    for record in stored["rows_rerun"]:   # and the committed records say so
+        assert record["seeds"] == sorted({int(s) for row in record["rerun_rows"].values() for s in row["seeds"]})
 
 
 def test_the_runner_leaves_a_benchmark_that_keeps_history_to_its_own_command(monkeypatch, capsys):

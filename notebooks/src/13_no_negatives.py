@@ -530,24 +530,30 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #
 # - **Scale.** Every run here is minutes of a small ResNet on 16-pixel synthetic shapes. SimSiam
 #   reaches 91.8% on CIFAR-10 after 800 epochs in its paper; this lesson measures the start of
-#   training, where SimSiam starts slowly (claim 2 measures it here). The verdicts are about this
+#   training, where SimSiam is behind SimCLR at this budget (claim 2). The verdicts are about this
 #   budget, not about the methods' ceilings. The kit's SSL benchmark
 #   (`benchmarks/bench_ssl_quality.py`) trains each objective for a fixed budget of steps on the
 #   same kind of shapes (the steps its time budget bought on the machine that calibrated it;
-#   several seeds) and probes every run at a quarter and at half of its steps on the way. In its
-#   committed result (`benchmarks/results/ssl_quality.json`, read below where the repository is
-#   at hand), SimSiam on shapes is below the benchmark's goal at a quarter of its steps and above
-#   it at all of them, and each seed's full run is above its own quarter-way probe (the kit's
-#   paired verdict; all three asserted). Those are the same runs on one machine, differing only in
-#   the steps trained: SimSiam's slow start is overtaken by more steps of the same run. The
-#   benchmark's two earlier full runs had a budget of core-seconds instead, and their machines
-#   bought different numbers of steps in it (printed below as fractions of today's budget), which
-#   is why SimSiam's row there met the goal on one machine and missed it on the other.
+#   several seeds; its SimSiam with SGD, see *Recipe*) and probes every run a quarter and half of
+#   the way. In its committed result (`benchmarks/results/ssl_quality.json`, read below where the
+#   repository is at hand), SimSiam on shapes is below the benchmark's goal a quarter of the way
+#   and above it after all its steps, and every seed's full run is above its own quarter-way
+#   probe (all asserted). Those are the same runs, differing only in the steps trained: with that
+#   recipe, SimSiam's early deficit is the start of training, and more steps of the same run
+#   overtake it. A quarter of the way it is the only one of the four objectives that the seeds
+#   place below the goal on shapes (the others above it or not resolved; printed and asserted; the
+#   rows differ in optimizer, and MAE in architecture, so this places SimSiam's start beside the
+#   others', it does not rank recipes). The benchmark's
+#   two earlier full runs had a budget of core-seconds instead, and their machines bought
+#   different numbers of steps in it (printed as fractions of today's budget): the run whose
+#   SimSiam row met the goal trained more than half of today's steps, the run whose row missed it
+#   less than half (asserted), consistent with the committed curve (the first run's SimSiam rows
+#   are the recipe change's SGD rows, trained in a later session than its other rows).
 # - **Why no collapse** is not settled by this lesson: we show that the stop-gradient (and the
 #   predictor) is necessary here, not why it is sufficient. BYOL relies on the same predictor and
 #   stop-gradient, with a momentum target on top; VICReg and Barlow Twins avoid collapse another
 #   way, with explicit variance and decorrelation terms in the loss.
-# - **Recipe.** The arms share an optimizer (AdamW, weight decay 0.05); the papers tune each
+# - **Recipe.** The arms share an optimizer (AdamW with the preset's `weight_decay`); the papers tune each
 #   method separately (SimSiam: SGD with a fixed predictor learning rate). Here SimSiam's
 #   predictor is as wide as d (the paper: a d/4 bottleneck) and its projector's last BatchNorm
 #   has a learned scale and shift (the official code's has none). A per-method recipe could move
@@ -555,10 +561,11 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   weight decay, a learning rate searched on development seeds), because with this lesson's AdamW
 #   its real-photo textures row fell short of the benchmark's goal; on shapes SGD resolved below
 #   AdamW (both printed below, each as the kit's paired verdict over the seeds the change was made
-#   on). The SGD runs also bought a few percent fewer steps in the same core-seconds (the ratio is
-#   printed), so the optimizer and the steps are not separated there either. On the machine and
-#   seeds of that change, SimSiam gained at least the benchmark's goal on shapes with either
-#   optimizer, on every seed (asserted below).
+#   on). The SGD runs also bought fewer steps in the same core-seconds (the ratio is printed and
+#   asserted below one), so the optimizer and the steps are not separated there either; the AdamW
+#   rows come from the declared three-seed run and the SGD rows from a later rerun of those seeds,
+#   so the two may also differ in the machine's load. On those seeds, SimSiam gained at least the
+#   benchmark's goal on shapes with either optimizer, on every seed (asserted below).
 # - **The ledger's saving** (no B² term) matters where the batch is large against the encoder's
 #   activations per image, the regime of lesson 02's gradient caching; at this lesson's batch the
 #   encoder's activations dominate both steps.
@@ -571,11 +578,14 @@ if ssl is None:
 else:
     config = ssl["config"]
     goal = config["goal_gain_points"]
+    below, above = f"+{goal} goal > gain", f"gain > +{goal} goal"
     steps = lambda row: {s: r["steps"] for s, r in row["seeds"].items()}  # noqa: E731
     gains = lambda row: ", ".join(f"{r['linear_gain_points']:+.1f}" for r in row["seeds"].values())  # noqa: E731
-    # Scale: the committed run's SimSiam on shapes, probed at a quarter, half and all of its steps
-    committed = ssl["datasets"]["shapes"]["simsiam"]
+    # Scale: the committed run's SimSiam on shapes, probed a quarter and half of the way and at the end
+    shapes = ssl["datasets"]["shapes"]
+    committed = shapes["simsiam"]
     budget_steps = config["step_budget"]["shapes"]["simsiam"]
+    assert config["checkpoint_fractions"][0] == 0.25, config["checkpoint_fractions"]   # [0] is the quarter
     print(f"the benchmark: {budget_steps:,} SimSiam steps on shapes at batch {config['batch']} (what "
           f"{config['train_core_seconds']:g} core-seconds bought on the calibrating machine); its goal: +{goal} "
           f"points; {len(committed['seeds'])} seeds")
@@ -586,21 +596,29 @@ else:
     low, high = committed["gain_interval_points"]
     print(f"  after {budget_steps:>6,} steps: {committed['linear_gain_points']:+.1f} points "
           f"[{low:+.1f}, {high:+.1f}]: {committed['goal_verdict']}")
-    quarter = {s: r["curve"][0]["linear_gain_points"] for s, r in committed["seeds"].items()}
     full_vs_quarter = compare_paired({s: r["linear_gain_points"] for s, r in committed["seeds"].items()},
-                                     quarter, names=("all steps", "a quarter of them"))
+                                     {s: r["curve"][0]["linear_gain_points"] for s, r in committed["seeds"].items()},
+                                     names=("all steps", "a quarter of them"))
     print("SimSiam on shapes, the same runs, " + full_vs_quarter.describe(1, " points"))
-    for earlier in ssl["superseded_runs"]:
-        row = earlier["datasets"]["shapes"]["simsiam"]
+    at_quarter = {name: shapes[name]["by_checkpoint"][0]["goal_verdict"] for name in ("simclr", "moco", "simsiam", "mae")}
+    print("a quarter of the way on shapes: " + "; ".join(f"{name} {v}" for name, v in at_quarter.items()))
+    # claims: below the goal a quarter of the way, above it at the end, every seed's end above its quarter
+    assert at_quarter["simsiam"] == below and committed["goal_verdict"] == above, (at_quarter, committed["goal_verdict"])
+    assert all(d > 0 for d in full_vs_quarter.differences), full_vs_quarter.describe(1)
+    # claim: a quarter of the way, SimSiam is the only row on shapes that the seeds place below the goal
+    assert all(v != below for name, v in at_quarter.items() if name != "simsiam"), at_quarter
+    earlier = []
+    for run in ssl["superseded_runs"]:
+        row = run["datasets"]["shapes"]["simsiam"]
         fractions = sorted(n / budget_steps for n in steps(row).values())
-        print(f"an earlier run, {earlier['config']['train_core_seconds']:g} core-seconds on its machine: "
+        earlier.append((row["goal_verdict"], fractions))
+        print(f"an earlier run, {run['config']['train_core_seconds']:g} core-seconds on its machine: "
               f"{fractions[0]:.2f}-{fractions[-1]:.2f} of today's steps; SimSiam on shapes: {row['goal_verdict']}")
-    # claims: below the goal a quarter of the way, above it at the end, and the end above the quarter
-    assert committed["by_checkpoint"][0]["goal_verdict"] == f"+{goal} goal > gain", committed["by_checkpoint"][0]
-    assert committed["goal_verdict"] == f"gain > +{goal} goal", committed["goal_verdict"]
-    assert full_vs_quarter.verdict == "all steps > a quarter of them", full_vs_quarter.describe(1)
+    # claim: the earlier run that met the goal trained more than half of today's steps, the one that missed less
+    assert {v for v, _ in earlier} == {above, below}, earlier
+    assert all(min(f) > 0.5 if v == above else max(f) < 0.5 for v, f in earlier), earlier
 
-    # Recipe: the change's own rows, both optimizers on the seeds and machine it was made on
+    # Recipe: the change's own rows, both optimizers on the seeds it was made on
     change = next(r for r in ssl["rows_rerun"] if "simsiam" in r["objectives"])
     for dataset in ("shapes", "textures-recoloured"):
         adamw = change["superseded_rows"][f"{dataset}_simsiam"]
@@ -612,12 +630,14 @@ else:
               f"[{low:+.1f}, {high:+.1f}]: {versus['verdict'].replace('rerun', 'SGD').replace('superseded', 'AdamW')}")
     adamw, sgd = change["superseded_rows"]["shapes_simsiam"], change["rerun_rows"]["shapes_simsiam"]
     sgd_steps, adamw_steps = steps(sgd), steps(adamw)
+    step_ratios = [sgd_steps[s] / adamw_steps[s] for s in sgd_steps]
     print("the recipe change, SGD's steps over AdamW's, same seed and core-seconds: "
-          + ", ".join(f"{sgd_steps[s] / adamw_steps[s]:.2f}" for s in sgd_steps))
-    # claims: with either optimizer at least the goal on shapes on every seed; with AdamW the
-    # textures row fell short of the goal; on shapes SGD cost points
+          + ", ".join(f"{r:.2f}" for r in step_ratios))
+    # claims: with either optimizer at least the goal on shapes on every seed; SGD bought fewer
+    # steps; with AdamW the textures row fell short of the goal; on shapes SGD cost points
     assert min(r["linear_gain_points"] for row in (adamw, sgd) for r in row["seeds"].values()) >= goal
-    assert not change["superseded_rows"]["textures-recoloured_simsiam"]["goal_met"]
+    assert max(step_ratios) < 1, step_ratios
+    assert change["superseded_rows"]["textures-recoloured_simsiam"]["goal_verdict"] == below
     assert change["rerun_versus_superseded"]["shapes_simsiam"]["verdict"] == "superseded > rerun"
 
 # %% [markdown]

@@ -829,8 +829,8 @@ if cfg.alloc_check:
 #   they were set on the CPU default and have not been run on a GPU.
 # - **These budgets are the start of training.** Each run here spends the core-seconds printed
 #   above. The kit's SSL benchmark (`benchmarks/bench_ssl_quality.py`) gives SimCLR,
-#   MoCo, SimSiam and MAE a fixed budget of steps each on the same kind of shapes (the steps 180
-#   core-seconds bought on the machine that calibrated it), at least four times the steps a run
+#   MoCo, SimSiam and MAE a fixed budget of steps each on the same kind of shapes (the steps its
+#   time budget bought on the machine that calibrated it), at least four times the steps a run
 #   here takes (a budget set by time, not matched FLOPs; its steps, seeds and the ratio to this
 #   lesson's last budget are printed below); in its committed result
 #   (`benchmarks/results/ssl_quality.json`, read below where the repository is at hand) SimCLR,

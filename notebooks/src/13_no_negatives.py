@@ -536,21 +536,29 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   same kind of shapes (the steps its time budget bought on the machine that calibrated it;
 #   several seeds; its SimSiam with SGD, see *Recipe*) and probes every run a quarter and half of
 #   the way. In its committed result (`benchmarks/results/ssl_quality.json`, read below where the
-#   repository is at hand), SimSiam on shapes is below the benchmark's goal a quarter of the way
-#   and above it after all its steps, and every seed's full run is above its own quarter-way
-#   probe (all asserted). Those are the same runs, differing only in the steps trained: with that
-#   recipe, SimSiam's early deficit is the start of training, and more steps of the same run
-#   overtake it. A quarter of the way it is the only one of the four objectives that the seeds
-#   place below the goal on shapes (the others above it or not resolved; printed and asserted; the
-#   rows differ in optimizer, and MAE in architecture, so this places SimSiam's start beside the
-#   others', it does not rank recipes). The benchmark's
-#   two earlier full runs had a budget of core-seconds instead, and their machines bought
-#   different numbers of steps in it (printed as fractions of today's budget): the run whose
-#   SimSiam row met the goal trained more than half of today's steps, the run whose row missed it
-#   less than half (asserted), consistent with the committed curve (the first run's SimSiam rows
-#   are the recipe change's SGD rows, trained in a later session than its other rows).
+#   repository is at hand), SimSiam on shapes is below the benchmark's goal a quarter of the way,
+#   above it half way and at the end, and every seed's full run is above its own quarter-way probe
+#   (all asserted). Those are the same runs, differing only in the steps trained: with that
+#   recipe, SimSiam's shortfall against the goal is the start of training, and more steps of the
+#   same run carry it past the goal. Its gap to SimCLR is another matter: SimCLR is ahead in the
+#   mean a quarter, half way and at the end (printed with the paired intervals, asserted), and at
+#   the end the seeds do not place SimSiam ahead (asserted; this run leaves the end not resolved,
+#   printed), so the benchmark does not show the gap closing (the two rows also differ in
+#   optimizer). A quarter of the way SimSiam is the only one of the four objectives
+#   that the seeds place below the goal on shapes (the others above it or not resolved; printed
+#   and asserted; the rows differ in optimizer, in steps, since each objective's budget is what
+#   the time bought it (MAE's about twice the others', printed), and MAE in architecture and floor,
+#   so this places SimSiam's start beside the others', it does not rank recipes). The benchmark's
+#   earlier full runs had a budget of core-seconds instead, and their machines bought different
+#   numbers of steps in it (printed as fractions of today's budget): the run whose SimSiam row met
+#   the goal trained more than half of today's steps, the run whose row missed it less than half
+#   (asserted), consistent with the committed curve. Both used SGD for SimSiam: the first run's
+#   SimSiam rows are the recipe change's SGD rows (asserted: the same numbers), trained in a later
+#   session than its other rows; the second run came after the change (by the order of the runs,
+#   not recorded in the file).
 # - **Why no collapse** is not settled by this lesson: we show that the stop-gradient (and the
-#   predictor) is necessary here, not why it is sufficient. BYOL relies on the same predictor and
+#   predictor) is necessary here to avoid complete collapse, not why it is sufficient for that;
+#   nor does it prevent the partial, dimensional collapse of claim 1. BYOL relies on the same predictor and
 #   stop-gradient, with a momentum target on top; VICReg and Barlow Twins avoid collapse another
 #   way, with explicit variance and decorrelation terms in the loss.
 # - **Recipe.** The arms share an optimizer (AdamW with the preset's `weight_decay`); the papers tune each
@@ -558,7 +566,8 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   predictor is as wide as d (the paper: a d/4 bottleneck) and its projector's last BatchNorm
 #   has a learned scale and shift (the official code's has none). A per-method recipe could move
 #   every number here: the kit's SSL benchmark later gave SimSiam SGD (its paper's momentum and
-#   weight decay, a learning rate searched on development seeds), because with this lesson's AdamW
+#   weight decay, a learning rate searched on development seeds, but on the benchmark's probe
+#   images, one run per setting), because with this lesson's AdamW
 #   its real-photo textures row fell short of the benchmark's goal; on shapes SGD resolved below
 #   AdamW (both printed below, each as the kit's paired verdict over the seeds the change was made
 #   on). The SGD runs also bought fewer steps in the same core-seconds (the ratio is printed and
@@ -567,8 +576,9 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   so the two may also differ in the machine's load. On those seeds, SimSiam gained at least the
 #   benchmark's goal on shapes with either optimizer, on every seed (asserted below).
 # - **The ledger's saving** (no B² term) matters where the batch is large against the encoder's
-#   activations per image, the regime of lesson 02's gradient caching; at this lesson's batch the
-#   encoder's activations dominate both steps.
+#   activations per image, the regime of lesson 02's gradient caching; at this lesson's batch
+#   SimCLR's loss matrix is under 5% of what its step keeps (asserted above), so the saving is
+#   small here.
 
 # %%
 # evidence for the boundary's pointers: the SSL benchmark's committed SimSiam rows, AdamW and SGD
@@ -585,7 +595,8 @@ else:
     shapes = ssl["datasets"]["shapes"]
     committed = shapes["simsiam"]
     budget_steps = config["step_budget"]["shapes"]["simsiam"]
-    assert config["checkpoint_fractions"][0] == 0.25, config["checkpoint_fractions"]   # [0] is the quarter
+    quarter_fraction, half_fraction = config["checkpoint_fractions"]
+    assert (quarter_fraction, half_fraction) == (0.25, 0.5), config["checkpoint_fractions"]
     print(f"the benchmark: {budget_steps:,} SimSiam steps on shapes at batch {config['batch']} (what "
           f"{config['train_core_seconds']:g} core-seconds bought on the calibrating machine); its goal: +{goal} "
           f"points; {len(committed['seeds'])} seeds")
@@ -601,9 +612,21 @@ else:
                                      names=("all steps", "a quarter of them"))
     print("SimSiam on shapes, the same runs, " + full_vs_quarter.describe(1, " points"))
     at_quarter = {name: shapes[name]["by_checkpoint"][0]["goal_verdict"] for name in ("simclr", "moco", "simsiam", "mae")}
-    print("a quarter of the way on shapes: " + "; ".join(f"{name} {v}" for name, v in at_quarter.items()))
-    # claims: below the goal a quarter of the way, above it at the end, every seed's end above its quarter
-    assert at_quarter["simsiam"] == below and committed["goal_verdict"] == above, (at_quarter, committed["goal_verdict"])
+    print("a quarter of the way on shapes: " + "; ".join(
+        f"{name} ({shapes[name]['by_checkpoint'][0]['steps']:,} steps) {v}" for name, v in at_quarter.items()))
+    # SimCLR - SimSiam, paired by seed (seed s: the same backbone init), a quarter, half way and at the end
+    gain_at = lambda name, i: {s: (r["curve"][i] if i < len(r["curve"]) else r)["linear_gain_points"]  # noqa: E731
+                               for s, r in shapes[name]["seeds"].items()}
+    versus_simclr = [compare_paired(gain_at("simclr", i), gain_at("simsiam", i), names=("SimCLR", "SimSiam"))
+                     for i in range(3)]
+    for where, comparison in zip(("a quarter of the way", "half way", "at the end"), versus_simclr):
+        print(f"{where}: " + comparison.describe(1, " points"))
+    # claim: SimCLR ahead in the mean at all three points, and the end not SimSiam's
+    assert all(c.mean > 0 for c in versus_simclr) and versus_simclr[-1].verdict != "SimSiam > SimCLR", \
+        [c.describe(1) for c in versus_simclr]
+    # claims: below the goal a quarter of the way, above it half way and at the end, every seed's end above its quarter
+    assert at_quarter["simsiam"] == below and committed["by_checkpoint"][1]["goal_verdict"] == above \
+        and committed["goal_verdict"] == above, (at_quarter, committed["by_checkpoint"], committed["goal_verdict"])
     assert all(d > 0 for d in full_vs_quarter.differences), full_vs_quarter.describe(1)
     # claim: a quarter of the way, SimSiam is the only row on shapes that the seeds place below the goal
     assert all(v != below for name, v in at_quarter.items() if name != "simsiam"), at_quarter
@@ -616,10 +639,13 @@ else:
               f"{fractions[0]:.2f}-{fractions[-1]:.2f} of today's steps; SimSiam on shapes: {row['goal_verdict']}")
     # claim: the earlier run that met the goal trained more than half of today's steps, the one that missed less
     assert {v for v, _ in earlier} == {above, below}, earlier
-    assert all(min(f) > 0.5 if v == above else max(f) < 0.5 for v, f in earlier), earlier
+    assert all(min(f) > half_fraction if v == above else max(f) < half_fraction for v, f in earlier), earlier
 
     # Recipe: the change's own rows, both optimizers on the seeds it was made on
     change = next(r for r in ssl["rows_rerun"] if "simsiam" in r["objectives"])
+    # the first earlier run's SimSiam rows are the change's SGD rows
+    assert ssl["superseded_runs"][0]["datasets"]["shapes"]["simsiam"]["seeds"] == \
+        change["rerun_rows"]["shapes_simsiam"]["seeds"]
     for dataset in ("shapes", "textures-recoloured"):
         adamw = change["superseded_rows"][f"{dataset}_simsiam"]
         sgd = change["rerun_rows"][f"{dataset}_simsiam"]

@@ -69,8 +69,8 @@ Why a budget in steps. The first two full runs had a budget of core-seconds, mea
 run went. The second run's machine bought about two thirds of the first's steps in the same 180
 core-seconds, and five of its eight rows met the goal, against seven of eight in the first (six
 before its SimSiam rows were rerun with SGD, see above; the steps of every seed are stored in
-both, in ``superseded_runs``): a budget of core-seconds is not a budget of training. SimSiam on shapes showed it most (+33.8 points at about 3,600 steps, +4.3 at
-about 1,900). Now the goal's 180 core-seconds are turned into steps once, on an idle machine
+both, in ``superseded_runs``): a budget of core-seconds is not a budget of training. SimSiam on
+shapes showed it most (+33.8 points at about 3,600 steps, +4.3 at about 1,900). Now the goal's 180 core-seconds are turned into steps once, on an idle machine
 (``--calibrate``), and every later run, on any machine, trains those steps: its CPU time there
 is stored per run (``train_cpu_seconds``), but it no longer changes what is trained. The runs go
 side by side, one thread each (``runtime.map_runs``), since the budget no longer depends on how
@@ -105,7 +105,8 @@ from course_utils.data import load_dataset
 from course_utils.evaluate import probe_encoder
 from course_utils.models import ProjectionHead, SmallResNet, ViT
 from course_utils.objectives import MAE, MoCo, SimCLR, SimSiam, make_step
-from course_utils.runtime import core_seconds, map_runs
+from course_utils.runtime import core_seconds, describe_device, map_runs
+from course_utils.train import TrainState, fit
 
 IMAGE_SIZE, BATCH, GOAL_POINTS = 16, 128, 15
 SEEDS = (0, 1, 2)   # MIN_SEEDS of course_utils.compare: fewer could not resolve a verdict
@@ -257,7 +258,6 @@ def calibrate(seconds: float = 20.0, warmup: int = 10) -> dict:
     an idle machine: a neighbour's load makes waiting threads spin, which adds core-seconds and
     lowers the budget. -> {"step_budget": {dataset: {objective: steps}}, "steps_per_core_second":
     ..., and what the machine was}."""
-    import platform
     checks.positive_float(seconds, "seconds", hint="core-seconds per objective to time")
     load_before = os.getloadavg()
     rates = {}
@@ -276,21 +276,13 @@ def calibrate(seconds: float = 20.0, warmup: int = 10) -> dict:
                 step(next(batches))
                 done += 1
             rates[dataset][name] = done / (core_seconds() - start)
+    machine = describe_device()
     return {"step_budget": {d: {n: round(TARGET_CORE_SECONDS * r) for n, r in by_name.items()}
                             for d, by_name in rates.items()},
             "steps_per_core_second": rates, "timed_core_seconds_each": seconds,
-            "torch_threads": torch.get_num_threads(), "cpu": _cpu_name(), "python": platform.python_version(),
-            "torch": torch.__version__, "load_average_before": load_before,
+            "torch_threads": torch.get_num_threads(),
+            **{fact: machine[fact] for fact in ("cpu", "python", "torch")}, "load_average_before": load_before,
             "load_average_after": os.getloadavg()}
-
-
-def _cpu_name() -> str:
-    import platform
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def checkpoints(steps: int) -> list[int]:
@@ -301,26 +293,22 @@ def checkpoints(steps: int) -> list[int]:
 
 def train_and_probe(name: str, seed: int, steps: int, augment, train, probe_train, test) -> dict:
     """One run: objective ``name`` from seed ``seed`` (initial weights, data order, views),
-    trained for exactly ``steps`` steps and probed at each of ``checkpoints(steps)``; probing
-    draws nothing the training draws and puts every train/eval flag back, so the run is the one
-    it would be unprobed. -> the last probe ({"linear", "knn"}), its ``steps``, the
-    ``train_cpu_seconds`` of the training alone (this process's CPU time, probes excluded) and
-    the earlier probes as ``curve``."""
+    trained for exactly ``steps`` steps by the kit's loop (``train.fit``, resumed from its state
+    after each probe) and probed at each of ``checkpoints(steps)``; probing draws nothing the
+    training draws and puts every train/eval flag back, so the run is the one it would be
+    unprobed. -> the last probe ({"linear", "knn"}), its ``steps``, the ``train_cpu_seconds`` of
+    the training loop alone (this process's CPU time, probes excluded) and the earlier probes as
+    ``curve``."""
     model, step = _build(name, augment, seed)
-    marks, curve = checkpoints(steps), []
-    done, spent = 0, 0.0
-    for epoch in itertools.count():
-        for batch in train.batches(BATCH, seed=seed, with_ids=True)(epoch):
-            start = time.process_time()
-            step(batch)
-            spent += time.process_time() - start
-            done += 1
-            if done in marks:
-                curve.append({"steps": done, "train_cpu_seconds": spent,
-                              **probe_encoder(model.encoder, probe_train, test)})
-                if done == steps:
-                    return {**curve[-1], "curve": curve[:-1]}
-    raise AssertionError("unreachable")
+    batches = train.batches(BATCH, seed=seed, with_ids=True)
+    state, curve, spent = TrainState(), [], 0.0
+    for mark in checkpoints(steps):
+        start = time.process_time()
+        fit(step, batches, steps=mark, state=state, progress=False)
+        spent += time.process_time() - start
+        curve.append({"steps": state.step, "train_cpu_seconds": spent,
+                      **probe_encoder(model.encoder, probe_train, test)})
+    return {**curve[-1], "curve": curve[:-1]}
 
 
 def quality_on(dataset: str, budget: dict, quick: bool, seeds, objectives=OBJECTIVES) -> dict:

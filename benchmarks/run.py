@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import sys
@@ -17,6 +18,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 
 
+@functools.lru_cache(maxsize=None)   # main reads a benchmark's RUN_ALONE, then run_one runs it: one import
 def load(path: Path):
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)

@@ -8,6 +8,7 @@ import platform
 import random
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -86,9 +87,19 @@ def setup(scale: str | None = None, seed: int = 0) -> torch.device:
     return device
 
 
+def _cpu_model() -> str:
+    """The processor's model name (Linux: /proc/cpuinfo), else what ``platform`` knows."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def describe_device() -> dict:
     """Facts about the machine a reader is on, as a plain dict."""
     info = {
+        "cpu": _cpu_model(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cpu_threads": torch.get_num_threads(),

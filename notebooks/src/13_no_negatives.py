@@ -607,16 +607,16 @@ else:
     low, high = committed["gain_interval_points"]
     print(f"  after {budget_steps:>6,} steps: {committed['linear_gain_points']:+.1f} points "
           f"[{low:+.1f}, {high:+.1f}]: {committed['goal_verdict']}")
-    full_vs_quarter = compare_paired({s: r["linear_gain_points"] for s, r in committed["seeds"].items()},
-                                     {s: r["curve"][0]["linear_gain_points"] for s, r in committed["seeds"].items()},
+    # each seed's gain a quarter of the way (0), half way (1) and at the end (2)
+    gain_at = lambda name, i: {s: (r["curve"][i] if i < len(r["curve"]) else r)["linear_gain_points"]  # noqa: E731
+                               for s, r in shapes[name]["seeds"].items()}
+    full_vs_quarter = compare_paired(gain_at("simsiam", 2), gain_at("simsiam", 0),
                                      names=("all steps", "a quarter of them"))
     print("SimSiam on shapes, the same runs, " + full_vs_quarter.describe(1, " points"))
     at_quarter = {name: shapes[name]["by_checkpoint"][0]["goal_verdict"] for name in ("simclr", "moco", "simsiam", "mae")}
     print("a quarter of the way on shapes: " + "; ".join(
         f"{name} ({shapes[name]['by_checkpoint'][0]['steps']:,} steps) {v}" for name, v in at_quarter.items()))
     # SimCLR - SimSiam, paired by seed (seed s: the same backbone init), a quarter, half way and at the end
-    gain_at = lambda name, i: {s: (r["curve"][i] if i < len(r["curve"]) else r)["linear_gain_points"]  # noqa: E731
-                               for s, r in shapes[name]["seeds"].items()}
     versus_simclr = [compare_paired(gain_at("simclr", i), gain_at("simsiam", i), names=("SimCLR", "SimSiam"))
                      for i in range(3)]
     for where, comparison in zip(("a quarter of the way", "half way", "at the end"), versus_simclr):

@@ -87,6 +87,12 @@ seeing the result). Its ``by_checkpoint`` shows SimSiam on shapes below the goal
 its steps and above it at half: SimSiam's shortfall in the second run (other runs, at a little
 over a quarter of this budget's steps) is consistent with what the committed runs show a quarter
 of the way.
+
+That row is decided by a replication (``replicate``, ``--replicate DATASET OBJECTIVE --seeds N``):
+8 fresh seeds (4 to 11), a count declared in this docstring and committed before the replication
+ran, the same recipe and step budget, judged on those seeds alone; the first run's four seeds are
+kept beside them in ``replications`` with the rule, not pooled. Its verdict stands whatever it
+is (a row is replicated once): the row's verdict, flags and the summary are the replication's.
 """
 from __future__ import annotations
 
@@ -311,15 +317,21 @@ def train_and_probe(name: str, seed: int, steps: int, augment, train, probe_trai
     return {**curve[-1], "curve": curve[:-1]}
 
 
+def _splits(dataset: str, quick: bool):
+    """-> (train, probe_train, test) of ``dataset``: the images runs train on, and the fixed
+    images every probe, floor or trained, fits and is scored on."""
+    train = load_dataset(dataset, "train", image_size=IMAGE_SIZE)
+    test = load_dataset(dataset, "test", image_size=IMAGE_SIZE)
+    test = test.subset(min(len(test), 256 if quick else 1000), seed=2)  # the textures' test split has 512
+    return train, train.subset(min(len(train), 256 if quick else 2000), seed=1), test
+
+
 def quality_on(dataset: str, budget: dict, quick: bool, seeds, objectives=OBJECTIVES) -> dict:
     """Every row of ``dataset`` for ``objectives``: each seed's run of ``budget[objective]``
     steps against the same seed's untouched random init. The runs go side by side, one thread
     each (``map_runs``): the budget is in steps, so where and how fast a run goes changes its
     time, not its training."""
-    train = load_dataset(dataset, "train", image_size=IMAGE_SIZE)
-    test = load_dataset(dataset, "test", image_size=IMAGE_SIZE)
-    test = test.subset(min(len(test), 256 if quick else 1000), seed=2)  # the textures' test split has 512
-    probe_train = train.subset(min(len(train), 256 if quick else 2000), seed=1)
+    train, probe_train, test = _splits(dataset, quick)
     augment = SimCLRAugment(IMAGE_SIZE, **AUGMENT[dataset])
     floors = {(family, seed): probe_encoder(_encoder(family, seed), probe_train, test)
               for family in ("resnet", "vit") for seed in seeds}
@@ -370,15 +382,14 @@ def rerun(stored: dict, objectives: tuple[str, ...], why: str) -> dict:
     unless every random-init floor measured now equals the stored one (the same initial weights
     and probe: the rows kept and the rows rerun are judged against the same floors). The reruns
     are listed in ``rows_rerun``."""
-    config = stored["config"]
-    if stored.get("quick") or config["train_core_seconds"] != TARGET_CORE_SECONDS:
-        raise ValueError(f"rerun rows into a full run only (not quick, {TARGET_CORE_SECONDS:g} core-seconds)")
-    if "step_budget" not in config:
-        raise ValueError("the stored run has no step budget (its runs had a budget of core-seconds, "
-                         "which buys different training on another machine): run all rows")
+    config = _full_run_config(stored, "rerun rows")
     unknown = set(objectives) - set(OBJECTIVES)
     if unknown or not objectives:
         raise ValueError(f"objectives to rerun must be among {OBJECTIVES}, got {objectives}")
+    replicated = sorted({r["objective"] for r in stored.get("replications", [])} & set(objectives))
+    if replicated:
+        raise ValueError(f"{replicated} has a replicated row, decided on other seeds than the run's: "
+                         "a change of its recipe needs a full run (--seeds N --why ...)")
     seeds = tuple(config["seeds"])
     start = time.time()
     datasets = {}
@@ -393,6 +404,73 @@ def rerun(stored: dict, objectives: tuple[str, ...], why: str) -> dict:
     record = {"objectives": list(objectives), "why": why, "seconds": round(time.time() - start, 2),
               "torch_threads": torch.get_num_threads(), "load_average_at_end": os.getloadavg()}
     return with_rerun_record(stored, datasets, record)
+
+
+def _full_run_config(stored: dict, what: str) -> dict:
+    """The stored run's config, if rows may be merged into it: a full run with a budget in steps."""
+    config = stored["config"]
+    if stored.get("quick") or config["train_core_seconds"] != TARGET_CORE_SECONDS:
+        raise ValueError(f"{what} into a full run only (not quick, {TARGET_CORE_SECONDS:g} core-seconds)")
+    if "step_budget" not in config:
+        raise ValueError("the stored run has no step budget (its runs had a budget of core-seconds, "
+                         "which buys different training on another machine): run all rows")
+    return config
+
+
+REPLICATION_RULE = ("the replication's seeds alone decide the row: the first run's seeds are kept "
+                    "in this record and not pooled with them; the seed count was declared before "
+                    "the replication ran; a row is replicated once, and only a row its first seeds "
+                    "left not resolved")
+
+
+def replicate(stored: dict, dataset: str, objective: str, count: int, why: str) -> dict:
+    """``stored`` with its row (``dataset``, ``objective``) decided again by ``count`` fresh
+    seeds, the ones after every seed the run has used, under the run's recipe and step budget:
+    a confirmatory replication of a row its seeds left "not resolved at this scale". Adding seeds
+    to that row and pooling them would be optional stopping (the run's seed count would depend
+    on its outcome); a replication whose count is fixed before it runs, judged on its own seeds,
+    is a second test of the same claim instead. Its cost is a second chance to pass: the row can
+    now meet the goal by either of two tests, each wrong at most 2.5% of the time when its true
+    gain is +15, so at most 5% together. The first run's row is kept in ``replications`` with
+    the rule (``REPLICATION_RULE``). Refused for a resolved row, a row replicated before, or if
+    the stored seeds' random-init floors measured now differ from the stored ones (then the code
+    that measures has changed since the run: run all rows)."""
+    from course_utils.compare import MIN_SEEDS, NOT_RESOLVED
+    config = _full_run_config(stored, "replicate a row")
+    if dataset not in stored["datasets"] or objective not in OBJECTIVES:
+        raise ValueError(f"replicate a row of datasets {tuple(stored['datasets'])} and objectives "
+                         f"{OBJECTIVES}, got {dataset!r}, {objective!r}")
+    checks.positive_int(count, "count", minimum=MIN_SEEDS, hint="fewer seeds cannot resolve a verdict")
+    rows = stored["datasets"][dataset]
+    first = rows[objective]
+    if first["goal_verdict"] != NOT_RESOLVED:
+        raise ValueError(f"{dataset} {objective}: its seeds decided it ({first['goal_verdict']}); "
+                         "only a row they left not resolved is replicated")
+    if any((r["dataset"], r["objective"]) == (dataset, objective) for r in stored.get("replications", [])):
+        raise ValueError(f"{dataset} {objective} was replicated before, and a row is replicated once: "
+                         "a further look would be optional stopping again; run all rows")
+    family = _family(objective)
+    stored_floors = rows["random_init"][family]
+    _, probe_train, test = _splits(dataset, False)
+    for seed, floor in stored_floors.items():
+        now = json_rows(probe_encoder(_encoder(family, int(seed)), probe_train, test))
+        if now != floor:
+            raise ValueError(f"{dataset}: seed {seed}'s random-init floor measured now ({now}) differs "
+                             f"from the stored one ({floor}): run all rows")
+    first_new = 1 + max(int(s) for by_seed in rows["random_init"].values() for s in by_seed)
+    seeds = tuple(range(first_new, first_new + count))
+    start = time.time()
+    fresh = json_rows(quality_on(dataset, config["step_budget"][dataset], False, seeds, (objective,)))
+    merged = {**rows, objective: fresh[objective],
+              "random_init": {**rows["random_init"],
+                              family: {**stored_floors, **fresh["random_init"][family]}}}
+    result = summarise_again({**stored, "datasets": {**stored["datasets"], dataset: merged}})
+    record = {"dataset": dataset, "objective": objective, "seeds": list(seeds), "why": why,
+              "rule": REPLICATION_RULE, "first_row": first, "replication_row": fresh[objective],
+              "seconds": round(time.time() - start, 2), "torch_threads": torch.get_num_threads(),
+              "load_average_at_end": os.getloadavg()}
+    result["replications"] = [*stored.get("replications", []), record]
+    return result
 
 
 def with_rerun_record(stored: dict, datasets: dict, record: dict) -> dict:
@@ -478,7 +556,7 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small and short: printed, not written")
-    ap.add_argument("--seeds", type=seed_count, default=len(SEEDS),
+    ap.add_argument("--seeds", type=seed_count, default=None,
                     help=f"seeds per row, 0..N-1 (default {len(SEEDS)}; about 20 minutes of 2 cores each)")
     ap.add_argument("--calibrate", action="store_true",
                     help="a full run measures its step budget on this machine (idle, please) instead "
@@ -488,11 +566,19 @@ def main(argv=None) -> int:
     ap.add_argument("--rerun", nargs="+", choices=OBJECTIVES, metavar="OBJECTIVE",
                     help="train and probe again only these rows of the committed result (after a "
                          "change of their recipe), under its seeds and budget")
+    ap.add_argument("--replicate", nargs=2, metavar=("DATASET", "OBJECTIVE"),
+                    help="decide one row the committed seeds left not resolved with --seeds N fresh "
+                         "seeds (N chosen before it runs), judged on those alone; once per row")
     ap.add_argument("--why", default="", help="with --rerun: why, stored with the rows; for a full "
                     "run over a committed one: why it is run again, stored with the run it replaces")
     args = ap.parse_args(argv)
     path = RESULTS / "ssl_quality.json"
-    if args.rerun:
+    if args.replicate:
+        if args.seeds is None or not args.why:
+            ap.error("--replicate needs --seeds N (chosen before it runs) and --why")
+        result = replicate(json.loads(path.read_text()), *args.replicate, args.seeds, args.why)
+        path.write_text(json.dumps(result, indent=1))
+    elif args.rerun:
         if not args.why:
             ap.error("--rerun needs --why (stored in the result's rows_rerun)")
         result = rerun(json.loads(path.read_text()), tuple(args.rerun), args.why)
@@ -510,7 +596,8 @@ def main(argv=None) -> int:
         if budget is None and not args.quick:
             print(f"calibrating the step budget: the steps {TARGET_CORE_SECONDS:g} core-seconds buy "
                   f"here at {torch.get_num_threads()} threads", flush=True)
-        result = run_one(Path(__file__), quick=args.quick, keep=keep, seeds=tuple(range(args.seeds)),
+        result = run_one(Path(__file__), quick=args.quick, keep=keep,
+                         seeds=tuple(range(len(SEEDS) if args.seeds is None else args.seeds)),
                          step_budget=budget)
     print(json.dumps(result["summary"], indent=1))
     return 0

@@ -238,6 +238,69 @@ def test_ssl_quality_rerun_replaces_only_its_rows_and_needs_the_same_floors(monk
         bench.rerun(stored, ("byol",), "a test")
 
 
+def test_ssl_quality_replicates_an_unresolved_row_on_fresh_seeds_once(monkeypatch):
+    """--replicate: only a row its seeds left not resolved, decided by fresh seeds alone (the
+    first run's row kept, not pooled), the stored floors checked first; refused a second time."""
+    import copy
+    import json
+    bench = load("bench_ssl_quality")
+    from course_utils.compare import NOT_RESOLVED
+    stored = json.loads((ROOT / "benchmarks" / "results" / "ssl_quality.json").read_text())
+    stored.pop("replications", None)
+    dataset, name = "textures-recoloured", "mae"
+    row = stored["datasets"][dataset][name]
+    if row["goal_verdict"] != NOT_RESOLVED:   # the committed row may be decided by now: undecide it
+        gains = [15.0 + d for d in (-6, 2, 9, 3)]
+        row = bench.summarise_row({str(s): {**r, "linear_gain_points": g} for (s, r), g in
+                                   zip(list(row["seeds"].items())[:4], gains)}, 512)
+        stored["datasets"][dataset][name] = row
+    assert row["goal_verdict"] == NOT_RESOLVED
+    floors = stored["datasets"][dataset]["random_init"]["vit"]
+    shift = {"floor": 0.0}
+    monkeypatch.setattr(bench, "probe_encoder", lambda encoder, train, test: {
+        "linear": floors[str(int(encoder.seed))]["linear"] + shift["floor"],
+        "knn": floors[str(int(encoder.seed))]["knn"]})
+    monkeypatch.setattr(bench, "_encoder", lambda family, seed: type("E", (), {"seed": seed})())
+    monkeypatch.setattr(bench, "_splits", lambda dataset, quick: (None, None, None))
+    asked = []
+
+    def quality_on(dataset, budget, quick, seeds, objectives):
+        asked.append((seeds, objectives, quick))
+        assert budget == stored["config"]["step_budget"][dataset]
+        per_seed = {s: {"steps": 1, "linear": 0.5, "knn": 0.5, "floor_linear": 0.25,
+                        "linear_gain_points": 25.0 + s % 2, "probe_standard_error_points": 1.0}
+                    for s in seeds}
+        return {"random_init": {f: {s: {"linear": 0.25, "knn": 0.2} for s in seeds} for f in ("resnet", "vit")},
+                name: bench.summarise_row(per_seed, 512)}
+
+    monkeypatch.setattr(bench, "quality_on", quality_on)
+    before = copy.deepcopy(stored)
+    out = bench.replicate(stored, dataset, name, 6, "a test")
+    assert stored == before
+    used = max(int(s) for by_seed in stored["datasets"][dataset]["random_init"].values() for s in by_seed)
+    assert asked == [(tuple(range(used + 1, used + 7)), (name,), False)]
+    new = out["datasets"][dataset][name]
+    assert sorted(new["seeds"]) == [str(s) for s in range(used + 1, used + 7)]   # the fresh seeds alone
+    assert new["goal_met"] and new["linear_gain_points"] == pytest.approx(25.5)
+    assert out["replications"][-1]["first_row"] == row and out["replications"][-1]["why"] == "a test"
+    kept_floors = out["datasets"][dataset]["random_init"]["vit"]
+    assert all(kept_floors[s] == f for s, f in floors.items()) and len(kept_floors) == len(floors) + 6
+    assert out["summary"]["goal_met_everywhere"] == (not out["shortfalls"])
+    again = bench.summarise_again(out)
+    assert again["summary"] == out["summary"] and again["datasets"] == out["datasets"]
+    with pytest.raises(ValueError, match="replicated once"):
+        bench.replicate({**out, "datasets": stored["datasets"]}, dataset, name, 6, "again")
+    with pytest.raises(ValueError, match="decided"):
+        bench.replicate(out, dataset, name, 6, "a decided row")
+    with pytest.raises(ValueError, match="replicated row"):
+        bench.rerun(out, (name,), "a recipe change")
+    with pytest.raises(ValueError, match="int >= 3"):
+        bench.replicate(stored, dataset, name, 2, "too few")
+    shift["floor"] = 0.01
+    with pytest.raises(ValueError, match="floor"):
+        bench.replicate(stored, dataset, name, 6, "the code has changed")
+
+
 def test_lessons_read_committed_results_where_the_repository_is():
     """course_utils.report.committed_result, which lessons 05 and 13 check their pointers to the
     SSL benchmark with: the committed file in a checkout, None for a result that is not there."""

@@ -93,6 +93,10 @@ That row is decided by a replication (``replicate``, ``--replicate DATASET OBJEC
 ran, the same recipe and step budget, judged on those seeds alone; the first run's four seeds are
 kept beside them in ``replications`` with the rule, not pooled. Its verdict stands whatever it
 is (a row is replicated once): the row's verdict, flags and the summary are the replication's.
+It met the goal (the row's mean, interval and per-seed gains are in the result; its seconds too,
+measured beside other work, which changes a run's time, not its training), so
+every row now meets it, one of them on the second of two tests (see ``replicate`` for what that
+costs). Half way, that row was not resolved, and a quarter of the way below the goal.
 """
 from __future__ import annotations
 

@@ -16,7 +16,21 @@ decide the verdict by the 95% interval d ± t·se, with Student's t at n - 1 deg
 ``resolution`` is the smallest difference the measurement can show (e.g. one test image of a
 probe's accuracy): the interval is never narrower than it, so identical differences (se = 0) do
 not claim a direction on a zero-width interval. A tie is not evidence of no effect: "not
-resolved" is printed with its interval and asserted as nothing more than itself.
+resolved" is printed with its interval, and claims nothing.
+
+What a lesson may claim from one run's verdict. A verdict is one draw of seeds; another draw
+gives another interval, and where the first interval's edge sits near zero the second may not
+resolve at all (lesson 02's colour probe did exactly that between two machines). ``room`` says
+how far the nearer edge stands from zero, in half-widths. In a simulation of two independent
+draws (``tests/test_compare.py``: unknown true difference, standard errors estimated from the
+seeds), a direction with room >= 1 came back resolved the same way about 85% of the time at 3
+seeds and over 90% at 5 or 10; one whose edge just cleared zero (room under 0.2) about 60-67%; a
+direction came back reversed well under 1% of the time in each case. So a lesson asserts a
+direction only where its default run measured room >= 1, and otherwise only ``not_reversed``
+(the direction or "not resolved"), which the run's mean must lean towards (a "not resolved"
+leaning that way included: its mean on the direction's side): another draw breaks that claim
+only by resolving the opposite way. A "not resolved" itself is printed, never asserted as the
+verdict: another draw may resolve it. The preset records each claim's measured room.
 """
 from __future__ import annotations
 
@@ -74,6 +88,15 @@ class Comparison:
         return self.mean - self.half_width, self.mean + self.half_width
 
     @property
+    def room(self) -> float:
+        """How far the interval's nearer edge stands from zero, in half-widths: 1 when the mean is
+        two half-widths from zero, 0 when the edge touches zero, negative when it straddles it
+        (infinite for a nonzero mean on a zero-width interval, which ``resolution`` prevents)."""
+        if self.half_width == 0:
+            return math.inf if self.mean else -1.0
+        return abs(self.mean) / self.half_width - 1
+
+    @property
     def verdict(self) -> str:
         low, high = self.interval
         if len(self.differences) < MIN_SEEDS:
@@ -85,14 +108,16 @@ class Comparison:
         return NOT_RESOLVED
 
     def describe(self, scale: float = 1.0, unit: str = "", digits: int = 1) -> str:
-        """One line: the mean difference, its 95% interval, the seeds, the verdict (× scale,
-        ``digits`` after the decimal point)."""
+        """One line: the mean difference, its 95% interval, the seeds, the verdict and, for a
+        direction, its ``room`` (× scale, ``digits`` after the decimal point)."""
         low, high = self.interval
         f = f"+.{digits}f"
         each = ", ".join(f"{scale * d:{f}}" for d in self.differences)
         return (f"{self.names[0]} − {self.names[1]}: {scale * self.mean:{f}}{unit}, 95% interval "
                 f"[{scale * low:{f}}, {scale * high:{f}}]{unit} over {len(self.differences)} "
-                f"paired seeds ({each}): {self.verdict}")
+                f"paired seeds ({each}): {self.verdict}"
+                + ("" if self.verdict == NOT_RESOLVED else
+                   f" (nearer edge {self.room:.1f} half-widths from zero; see room)"))
 
 
 def compare_paired(a, b, names: tuple[str, str] = ("A", "B"), *, resolution: float = 0.0) -> Comparison:
@@ -118,3 +143,13 @@ def compare_paired(a, b, names: tuple[str, str] = ("A", "B"), *, resolution: flo
     if not (isinstance(resolution, (int, float)) and resolution >= 0):
         raise ValueError(f"resolution must be a number >= 0, got {resolution!r}")
     return Comparison(tuple(names), tuple(x - y for x, y in zip(a, b)), float(resolution))
+
+
+def not_reversed(direction: str) -> tuple[str, str]:
+    """The verdicts a claim "B does not beat A" accepts, for ``direction`` "A > B": that direction or
+    "not resolved at this scale". The claim for a direction whose measured ``room`` is under 1, or
+    a "not resolved" whose mean leans towards A (see the module docstring)."""
+    names = direction.split(" > ")
+    if len(names) != 2 or not all(names) or names[0] == names[1]:
+        raise ValueError(f"a direction reads 'A > B', got {direction!r}")
+    return direction, NOT_RESOLVED

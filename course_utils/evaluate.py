@@ -256,6 +256,21 @@ def _frozen_features(encoder: nn.Module, train_ds, test_ds, batch_size: int):
             extract_features(encoder, test_images, batch_size=batch_size), test_labels.cpu())
 
 
+def batchnorm_calibrated(encoder: nn.Module, images: torch.Tensor, *, batch_size: int = 256) -> nn.Module:
+    """A copy of ``encoder`` whose BatchNorm running statistics are measured on ``images``
+    (``torch.optim.swa_utils.update_bn``: forward passes in train mode, no gradient, cumulative
+    averages); ``encoder`` itself is untouched. The kit's random-init floor is the encoder as
+    built, running statistics (0, 1); this is the other floor a lesson prints beside it where the
+    choice matters, asserting against the stricter. An encoder without BatchNorm comes back as an
+    unchanged copy."""
+    import copy
+    checks.tensor(images, "images", dim=4, shape_hint="B×C×H×W")
+    checks.positive_int(batch_size, "batch_size")
+    calibrated = copy.deepcopy(encoder)
+    torch.optim.swa_utils.update_bn(images.split(batch_size), calibrated)
+    return calibrated
+
+
 def probe_encoder(
     encoder: nn.Module,
     train_ds,

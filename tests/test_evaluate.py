@@ -200,3 +200,20 @@ def test_knn_probe_is_knn_accuracy_on_extracted_features():
     expected = knn_accuracy(extract_features(encoder, train[0]), train[1],
                             extract_features(encoder, test[0]), test[1], k=40)
     assert knn_probe(encoder, train, test, k=50) == expected   # k=50 > 40 train samples: capped
+
+
+def test_batchnorm_calibrated_measures_running_statistics_on_a_copy():
+    """The copy's BatchNorm statistics are the images' (one pass, cumulative average); the
+    encoder itself keeps (0, 1); a network without BatchNorm comes back with equal weights."""
+    import torch
+    from course_utils.evaluate import batchnorm_calibrated
+    torch.manual_seed(0)
+    encoder = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    images = torch.randn(64, 3, 8, 8) * 3 + 2
+    calibrated = batchnorm_calibrated(encoder, images, batch_size=64)
+    conv_out = encoder[0](images).detach()
+    assert torch.allclose(calibrated[1].running_mean, conv_out.mean((0, 2, 3)), atol=1e-5)
+    assert torch.equal(encoder[1].running_mean, torch.zeros(4)) and torch.equal(encoder[1].running_var, torch.ones(4))
+    plain = torch.nn.Linear(3, 2)
+    same = batchnorm_calibrated(plain, images)
+    assert same is not plain and torch.equal(same.weight, plain.weight)

@@ -26,17 +26,16 @@ STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your ex
 # %%
 import math
 import time
-from copy import deepcopy
 
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
 from course_utils.augment import SimCLRAugment
-from course_utils.compare import NOT_RESOLVED, compare_paired
+from course_utils.compare import NOT_RESOLVED, compare_paired, not_reversed
 from course_utils.data import load_dataset
-from course_utils.evaluate import (alignment_uniformity, extract_features, knn_accuracy, linear_probe,
-                                   view_embeddings)
+from course_utils.evaluate import (alignment_uniformity, batchnorm_calibrated, extract_features, knn_accuracy,
+                                   linear_probe, view_embeddings)
 from course_utils.ledger import measure
 from course_utils.experiments.training_memory import nt_xent_kept_bytes
 from course_utils.models import ProjectionHead, SmallResNet
@@ -56,8 +55,8 @@ cfg = config(
             crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, accumulation=4,
             seeds=2, main_seeds=2, calibration_images=64,
             min_probe_gain=None, start_above_chance=None, min_shortcut_loss_gap=None,
-            colour_verdict=None, colour_r2_verdict=None, colour_r2_z_verdict=None,
-            temperature_seeds=2, temperature_verdict=None, short_run_verdict=None, geometry_verdicts=None,
+            colour_verdict=None, colour_r2_z_verdict=None,
+            temperature_seeds=2, short_run_verdict=None, geometry_verdicts=None,
             ledger_batches=[8, 16, 32], gc_batch=16, gc_chunk=4, gc_tile=8, gc_sweep=[8, 32, 256],
             gc_budget_mb=8, train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
     # default: the main run trains 1,000 steps; its ablation arms (no colour, the temperatures and
@@ -71,18 +70,17 @@ cfg = config(
                  main_seeds=3,                     # the main recipe from this many seeds (<= seeds)
                  min_probe_gain=0.25,              # thresholds the default run is asserted against
                  start_above_chance=True, min_shortcut_loss_gap=1.0,
-                 # verdicts of the paired comparisons, as the default run measured them (map_runs:
-                 # one thread per run, the same verdicts however the lesson runs on one machine;
-                 # another CPU's arithmetic can move a verdict at the edge of its interval)
-                 # the shape probe, jitter − no colour, sits at the edge of its interval: the
-                 # same default run gave "not resolved" on one machine and "jitter > no colour"
-                 # on another, so the claim is what both share: the verdicts it may take
-                 colour_verdict=("jitter > no colour", NOT_RESOLVED), colour_r2_verdict=NOT_RESOLVED,
-                 colour_r2_z_verdict="jitter > no colour",
+                 # verdicts of the paired comparisons, by the kit's rule for what one run may claim
+                 # (course_utils.compare: a direction whose measured interval stands a half-width
+                 # clear of zero, room >= 1; a nearer one only as not_reversed; a "not resolved" is
+                 # printed, never asserted). Measured at default: colour R² on z room 1.5; the
+                 # shape probe jitter − no colour room 1.0, and "not resolved" on another machine;
+                 # alignment room 0.6
+                 colour_verdict=not_reversed("jitter > no colour"),
+                 colour_r2_z_verdict=("jitter > no colour",),
                  short_run_verdict=None,           # at the edge of its interval: printed, not claimed
-                 geometry_verdicts={"uniformity": None, "alignment": "T=1.0 > T=0.2"},  # by temperature
+                 geometry_verdicts={"uniformity": None, "alignment": not_reversed("T=1.0 > T=0.2")},
                  temperature_seeds=3,              # runs per temperature (seed: init, data order, views)
-                 temperature_verdict=NOT_RESOLVED,   # what the default run measured (see the prose)
                  ledger_batches=[16, 32, 64, 128], gc_batch=128, gc_chunk=16, gc_tile=64,
                  gc_sweep=[64, 256, 1024], gc_budget_mb=32,
                  train_limit=5000, probe_train=2000, probe_test=1000,
@@ -95,8 +93,8 @@ cfg = config(
              seeds=3, main_seeds=3, calibration_images=10000,
              # min_probe_gain: not asserted until a GPU run has measured it
              min_probe_gain=None, start_above_chance=None, min_shortcut_loss_gap=None,
-             colour_verdict=None, colour_r2_verdict=None, colour_r2_z_verdict=None,
-             temperature_seeds=3, temperature_verdict=None, short_run_verdict=None, geometry_verdicts=None,
+             colour_verdict=None, colour_r2_z_verdict=None,
+             temperature_seeds=3, short_run_verdict=None, geometry_verdicts=None,
              ledger_batches=[32, 64, 128, 256], gc_batch=256, gc_chunk=64, gc_tile=256,
              gc_sweep=[128, 256, 512], gc_budget_mb=1024,
              train_limit=None, probe_train=10000, probe_test=10000,
@@ -436,9 +434,7 @@ def snapshot(model, history_loss):
 
 def calibrated_copy(encoder):
     """A copy of encoder whose BatchNorm running statistics are measured on training images."""
-    copy = deepcopy(encoder)
-    torch.optim.swa_utils.update_bn(train.images[:cfg.calibration_images].split(256), copy)
-    return copy
+    return batchnorm_calibrated(encoder, train.images[:cfg.calibration_images])
 
 
 def without_colour(images, generator):
@@ -598,14 +594,16 @@ assert shares[-1] >= top / sims.shape[1] - 1e-6, "identity: the top 10% never ge
 # is trained at each temperature in `cfg.temperatures` with everything else the main run's: same
 # architecture, AdamW, learning rate, augmentation recipe and `ablation_steps` steps; at each
 # temperature it is trained `temperature_seeds` times, each seed drawing its own initial weights,
-# data order and augmentation draws, and the seed is shared across temperatures (seed s at T = 0.2
-# and seed s at T = 1 start from the same weights and see the same views: only T differs). The
+# data order and augmentation draws, and the seed is shared across temperatures (seed s at every
+# temperature starts from the same weights and sees the same views: only T differs). The
 # recipe's own arm (T = `temperature`) is a run of its own, like every other arm.
 # Then every encoder is probed. A single pair of runs cannot tell a temperature effect from the
 # luck of one seed. The kit's one rule for such a claim (`course_utils.compare`): the same-seed
-# differences (T low minus T high), their mean and its standard error; a direction is claimed
-# only when the 95% interval, mean ± t·se (Student's t, 4.30 at three seeds), excludes zero,
-# otherwise the verdict is "not resolved at this scale", printed with its interval.
+# differences (T low minus T high), their mean and its standard error; a direction is resolved
+# only when the 95% interval, mean ± t·se (Student's t at `temperature_seeds` − 1 degrees of freedom), excludes zero,
+# otherwise the verdict is "not resolved at this scale", printed with its interval. The lesson
+# claims a direction only under the same module's rule for one run (its edge at least a
+# half-width clear of zero in the default run; nearer, only that it is not reversed).
 
 # %%
 # (T, seed) -> snapshot at ablation_steps, trained with the main run above
@@ -650,15 +648,11 @@ print(f"after {cfg.ablation_steps} steps at T={cfg.temperature}, against the flo
       f"{100 * math.sqrt(mean_linear[t_low] * (1 - mean_linear[t_low]) / len(test)):.1f} points")
 
 # %%
-if cfg.temperature_verdict is not None:   # what this budget showed (one run, printed above)
-    assert temperature_verdict == cfg.temperature_verdict, \
-        f"expected '{cfg.temperature_verdict}' from the paired seeds, measured '{temperature_verdict}'"
 if cfg.short_run_verdict is not None:
     assert short_run_comparison.verdict == cfg.short_run_verdict, short_run_comparison.describe(100)
 
 # %% [markdown]
-# **Alignment and uniformity by temperature.** Where the probe does not separate the temperatures
-# (its verdict is printed above; at the default scale "not resolved", asserted), the
+# **Alignment and uniformity by temperature.** Whatever the probe's verdict (printed above), the
 # representation's geometry can be read directly. Wang & Isola (2020) split a
 # contrastive loss into two forces: *alignment* (mean squared distance between the two views'
 # normalised projections; lower: views agree) and *uniformity* (the log of the mean Gaussian
@@ -700,17 +694,20 @@ for what, comparison in (("uniformity", uniformity_comparison), ("alignment", al
 if cfg.geometry_verdicts is not None:   # as the default run measured them (None: not claimed)
     for what, comparison in (("uniformity", uniformity_comparison), ("alignment", alignment_comparison)):
         if cfg.geometry_verdicts[what] is not None:
-            assert comparison.verdict == cfg.geometry_verdicts[what], comparison.describe(digits=3)
+            assert comparison.verdict in cfg.geometry_verdicts[what], comparison.describe(digits=3)
 
 # %% [markdown]
-# The geometry does separate them in one respect at the default scale: the two views'
-# projections sit further apart at T = 1 than at T = 0.2 (alignment, paired interval above zero,
-# asserted in the cell above); uniformity is printed, not claimed.
+# The claim about the geometry at the default scale is one direction, held to the kit's rule for
+# one run (`course_utils.compare`: the preset records its room): **the two views' projections
+# do not sit closer together at the higher temperature** (the lower temperature is not resolved
+# above it in alignment; asserted in the cell above). Whether the interval places them further
+# apart, and how far its nearer edge stands from zero, is printed above; uniformity is printed,
+# not claimed.
 #
 # What this run can and cannot say. The paired comparison of the probe above prints the mean
-# same-seed difference, its 95% interval and the verdict. At default scale the verdict is **not resolved
-# at this scale** (asserted: a run whose interval excluded zero would fail the cell above, and
-# the prose would have to change). That is not evidence that the temperature does not matter.
+# same-seed difference, its 95% interval and the verdict, and claims nothing either way: a
+# "not resolved" would not be evidence that the temperature does not matter, and is not asserted
+# either, since another draw of seeds could resolve it (the kit's rule).
 # The interval is wide because the same-seed differences themselves vary (printed), partly
 # because one probe accuracy on the test images carries its own standard error (printed), and
 # because three seeds give Student's t a large factor. The second comparison printed there sets
@@ -721,7 +718,7 @@ if cfg.geometry_verdicts is not None:   # as the default run measured them (None
 # normalised embeddings T = 0.1 beats T = 1 by several points on ImageNet after far longer
 # training; that is cited, not reproduced. The gpu scale runs the same experiment
 # (`temperature_seeds` seeds per temperature, its own `ablation_steps`, CIFAR-10); its
-# `temperature_verdict` is left unset until such a run has been measured.
+# geometry and colour verdicts are left unset until such a run has been measured.
 
 # %% [markdown]
 # ### Experiment: without colour distortion, the task gets easy
@@ -802,14 +799,12 @@ if cfg.min_shortcut_loss_gap is not None:
     assert min(shortcut_loss_gaps) > cfg.min_shortcut_loss_gap, "the shortcut makes the task easy, at every seed"
     assert all(r["colour R²"] > 0.5 for r in jitter_runs.values()), \
         "a linear map still reads most of the colour off the jitter arm's features"
-if cfg.colour_r2_verdict is not None:
-    assert colour_r2_comparison.verdict == cfg.colour_r2_verdict, colour_r2_comparison.describe(100)
 if cfg.colour_verdict is not None:   # the no-colour arm is not resolved above the jitter arm
     assert colour_comparison.verdict in cfg.colour_verdict, colour_comparison.describe(100)
     # both arms are still at the start of training: each seed within ten points of its floor
     assert max(abs(g) for gains in over_floor.values() for g in gains.values()) < 10, over_floor
 if cfg.colour_r2_z_verdict is not None:
-    assert colour_r2_z_comparison.verdict == cfg.colour_r2_z_verdict, colour_r2_z_comparison.describe(100)
+    assert colour_r2_z_comparison.verdict in cfg.colour_r2_z_verdict, colour_r2_z_comparison.describe(100)
 
 # %% [markdown]
 # Both arms are trained at every seed of the temperature experiment (seed s of the two arms shares
@@ -827,9 +822,9 @@ if cfg.colour_r2_z_verdict is not None:
 # asserted at default scale). Chen et al. (2020, §3 and Fig. 5) find colour distortion worth many points of
 # ImageNet linear accuracy after full-length training: cited, not reproduced here.
 #
-# Whether the no-colour features keep *more colour* is **not resolved at this scale**: the colour
-# R² (a ridge map from the backbone's features to each image's mean colour) differs between the
-# arms by less than its interval (printed and asserted as such), and a linear map reads most of the
+# Whether the no-colour features keep *more colour* is what the colour R² asks (a ridge map from
+# the backbone's features to each image's mean colour); its paired verdict is printed and not
+# asserted (the kit's rule: another draw of seeds could move it). A linear map reads most of the
 # colour off the jitter arm's features too (R² above one half at every seed, asserted). Two
 # reasons this probe is weak: it reads the backbone's features h, while the invariance is imposed
 # on the projection z = g(h), and Chen et al. (2020, §4.2) show that h keeps information g
@@ -838,8 +833,9 @@ if cfg.colour_r2_z_verdict is not None:
 #
 # The same probe on z (of the un-augmented probe images) is resolved at default scale, and in the
 # direction the invariance argument does not predict: **the jitter arm's projection holds more of
-# the images' mean colour than the no-colour arm's** (paired verdict printed, asserted as the
-# default run measured it); this lesson does not explain it. `ablation_steps` steps of `image_size`-pixel images and `temperature_seeds` seeds per arm:
+# the images' mean colour than the no-colour arm's** (paired verdict printed with how far its
+# nearer edge stands from zero; asserted, a direction clear enough for the kit's rule to claim);
+# this lesson does not explain it. `ablation_steps` steps of `image_size`-pixel images and `temperature_seeds` seeds per arm:
 # this shows the mechanism, not the size of the effect in a full-length run.
 
 # %% [markdown]

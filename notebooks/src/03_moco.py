@@ -38,8 +38,8 @@ from course_utils.ledger import measure
 from course_utils.models import ProjectionHead, SmallResNet, count_parameters
 from course_utils.objectives import MoCo, SimCLR, make_step
 from course_utils.objectives.moco import FeatureQueue, bn_group_overlap, encode_in_groups, shuffle_batch
-from course_utils.compare import compare_paired
-from course_utils.report import headline, show_table
+from course_utils.compare import compare_paired, not_reversed
+from course_utils.report import committed_result, headline, show_table
 from course_utils.runtime import map_runs, setup
 from course_utils.scales import config
 from course_utils.train import Callback, EvalEvery, fit
@@ -50,7 +50,7 @@ cfg = config(
             batch=16, queue=64, dim=32, steps=8, stale_steps=6, probe_every=2,
             seeds=(0, 1, 2), sweep_queues=(32, 64, 128), sweep_steps=6, lr=2e-3,
             temperature=0.2, crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
-            min_probe_gain=None, max_probe_gain=None, late_gain_claim=None,
+            probe_claim=False, late_gain_claim=None,
             stale_cos_m099_min=None,
             sweep_claims=None, loss_climb_tol=None,
             train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
@@ -58,9 +58,12 @@ cfg = config(
                  batch=128, queue=1024, dim=64, steps=1000, stale_steps=100, probe_every=250,
                  seeds=(0, 1, 2, 3, 4), sweep_queues=(256, 1024, 4096), sweep_steps=500, lr=2e-3, temperature=0.2,
                  crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
-                 # probe thresholds bound the mean over cfg.seeds; the staleness thresholds were
-                 # set from seed 0's default run and are asserted on every seed (1-4: fresh data)
-                 min_probe_gain=0.05, max_probe_gain=0.35, late_gain_claim=None,
+                 # the probe against random init, by the kit's rule for one run
+                 # (course_utils.compare): the default run's interval had its nearer edge 0.3
+                 # half-widths from zero, so it is claimed as not reversed; the staleness
+                 # thresholds were set from seed 0's default run and are asserted on every seed
+                 # (1-4: fresh data); the staleness verdict's edge stood 1.5 half-widths clear
+                 probe_claim=True, late_gain_claim=None,
                  stale_cos_m099_min=0.98,
                  sweep_claims=True,
                  loss_climb_tol=0.5,
@@ -70,7 +73,7 @@ cfg = config(
              batch=256, queue=16384, dim=128, steps=1000, stale_steps=100, probe_every=500,
              seeds=(0, 1, 2), sweep_queues=(4096, 16384, 65536), sweep_steps=500,
              lr=2e-3, temperature=0.2, crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False,
-             min_probe_gain=0.05, max_probe_gain=None, late_gain_claim=None,
+             probe_claim=False, late_gain_claim=None,   # not measured on a GPU yet
              stale_cos_m099_min=None,
              sweep_claims=None, loss_climb_tol=None,
              train_limit=None, probe_train=10000, probe_test=10000, dataset="cifar10"),
@@ -634,29 +637,44 @@ print(late_vs_early.describe(scale=100, unit=" points"))
 print(f"kNN probe along seed {cfg.seed}'s run (one run, printed only): "
       + ", ".join(f"step {e['step']}: {100 * e['knn']:.1f}%" for e in main["history"].evals)
       + f" (random init {100 * random_probe['knn']:.1f}%)")
-if cfg.min_probe_gain is not None:
-    print(f"Asserted below: MoCo above its random init by the interval, a mean gain between "
-          f"{100 * cfg.min_probe_gain:.0f} and "
-          + (f"{100 * cfg.max_probe_gain:.0f}" if cfg.max_probe_gain is not None else "any") + " points"
-          + (f"; and steps {cfg.sweep_steps + 1}-{cfg.steps} adding more than steps 1-{cfg.sweep_steps}."
-             if cfg.late_gain_claim else "."))
+if cfg.probe_claim:
+    print("Asserted below: random init not resolved above MoCo (the verdict is the direction or not "
+          "resolved)" + (f"; and steps {cfg.sweep_steps + 1}-{cfg.steps} adding more than steps "
+                         f"1-{cfg.sweep_steps}." if cfg.late_gain_claim else "."))
+# where MoCo is trained longer: the kit's SSL benchmark, read where the repository is at hand
+ssl = committed_result("ssl_quality")
+if ssl is None:
+    print("benchmarks/results/ssl_quality.json is not here (the kit runs without its repository)")
+else:
+    moco_rows = {d: rows["moco"] for d, rows in ssl["datasets"].items()}
+    for d, row in moco_rows.items():
+        low, high = row["gain_interval_points"]
+        steps = sorted({r["steps"] for r in row["seeds"].values()})
+        print(f"SSL benchmark, {d}: MoCo {row['linear_gain_points']:+.1f} points over its random init "
+              f"[{low:+.1f}, {high:+.1f}], {len(row['seeds'])} seeds of {'/'.join(map(str, steps))} steps "
+              f"({steps[0] / cfg.steps:.1f}x this lesson's): {row['goal_verdict']}")
 
 # %%
-if cfg.min_probe_gain is not None:      # CI trains a handful of steps: nothing to claim there
-    assert moco_vs_init.verdict == " > ".join(moco_vs_init.names), moco_vs_init.describe(100, " points")
-    assert moco_gain >= cfg.min_probe_gain, \
-        f"MoCo should beat its own random init by >= {100 * cfg.min_probe_gain:.0f} points on average"
-if cfg.max_probe_gain is not None:
-    assert moco_gain <= cfg.max_probe_gain, "the mean gain printed above is the one this preset expects"
+if cfg.probe_claim:                     # CI trains a handful of steps: nothing to claim there
+    assert moco_vs_init.verdict in not_reversed(" > ".join(moco_vs_init.names)), moco_vs_init.describe(100, " points")
+if ssl is not None:                     # the committed benchmark: every MoCo row's interval above its floor
+    assert all(row["gain_interval_points"][0] > 0 for row in moco_rows.values()), \
+        {d: r["gain_interval_points"] for d, r in moco_rows.items()}
 if cfg.late_gain_claim:                 # a preset whose seeds resolve it: the later steps add more
     assert late_vs_early.verdict == " > ".join(late_vs_early.names), late_vs_early.describe()
 
 # %% [markdown]
-# The first assert is the claim this scale can back: over the seeds of `cfg.seeds`, MoCo
-# (m = 0.99) beats the same encoder at random init, decided by the interval, by at least
-# `min_probe_gain` on average after `cfg.steps` steps (CI trains too few steps to claim
-# anything). One seed alone would mislead: the table shows how far apart the seeds land, and the
-# interval printed above decides; its width is why the default preset runs more than three seeds. The second
+# What this scale can back, by the kit's rule for one run (`course_utils.compare`): over the seeds
+# of `cfg.seeds`, **MoCo (m = 0.99) is not resolved below the same encoder at random init** after
+# `cfg.steps` steps (asserted; CI trains too few steps to claim anything). Whether the interval
+# places it above is printed, with how far its nearer edge stands from zero (the preset records
+# why no more is claimed: the seeds land far apart, the table shows how far). That MoCo's
+# features do leave the floor with more training is the kit's SSL benchmark's result, read from
+# its committed file where the repository is at hand (printed above with its seeds, steps and
+# intervals, each against the benchmark's goal; asserted: every MoCo row's interval lies above
+# its random-init floor). Its runs are longer; how its recipe (in
+# `benchmarks/bench_ssl_quality.py`) differs from this lesson's beyond length is not checked
+# here, so the benchmark shows that MoCo can leave the floor, not that length alone does. The second
 # comparison asks when the gain arrives, seed by seed: what steps `sweep_steps`+1 to `steps` add
 # against what steps 1 to `sweep_steps` did (equal windows at the default scale). Its verdict is
 # printed above and is not asserted unless a preset sets `late_gain_claim` (a null is not

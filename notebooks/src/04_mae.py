@@ -4,7 +4,7 @@
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/training-ledger/course-kit/blob/main/notebooks/student/04_mae.ipynb)
 #
 # *Needing to predict more positions does not have to mean letting the expensive encoder see every
-# position.* A masked autoencoder removes 75% of the patches **before** the encoder, and lets a
+# position.* A masked autoencoder removes most of the patches (the paper's ratio is 75%) **before** the encoder, and lets a
 # light decoder fill them in. This notebook measures what that does to the ledger lines
 # **encoded now** and **kept for backward**, and to the step's FLOPs, and finds where the saving
 # stops: the decoder still runs on every position.
@@ -31,7 +31,7 @@ import time
 import matplotlib.pyplot as plt
 import torch
 
-from course_utils.compare import compare_paired
+from course_utils.compare import compare_paired, not_reversed
 from course_utils.data import TEXTURE_CLASSES, available_photos, load_dataset, load_photo
 from course_utils.evaluate import probe_encoder
 from course_utils.ledger import measure, utilisation
@@ -53,31 +53,33 @@ cfg = config(
             timing_dim=32, timing_depth=2, timing_batch=8,
             ledger_depths=[1, 2], encoder_kept_range=None, step_kept_range=None,
             photo_draws=2, sweep_ratios=[0.5, 0.75], claim_trends=False, min_loss_drop=None,
-            norm_pix_verdict=None, mae_above_random_claimed=None,
-            photo_verdicts=None, ratio_verdicts=None, dataset="textures", probe_seeds=[0, 1, 2], probe_steps=4),
+            norm_pix_verdict=None,
+            photo_verdicts=None, ratio_claims=None, dataset="textures", probe_seeds=[0, 1, 2], probe_steps=4),
     default=dict(image_size=32, patch=4, dim=64, depth=4, batch=64, steps=1000, lr=1.5e-3, limit=None,
                  timing_dim=128, timing_depth=8, timing_batch=64,
                  # encoder_kept_range's lower bound is 1/(1−r), read from the model
                  ledger_depths=[1, 2, 4, 8], encoder_kept_range=(None, 5.0), step_kept_range=(2.0, 3.0),
                  photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=True,
+                 # norm_pix_verdict: room 1.2 in the default run (the kit's rule for one run)
                  min_loss_drop=0.8, norm_pix_verdict="norm_pix_loss > pixels",
-                 # measured at default: neither MAE arm is placed above its random init (False:
-                 # asserted that neither verdict is "... > random init"; below it is allowed)
-                 mae_above_random_claimed=False,
-                 # the photo comparison from the probe seeds, as measured at default (see the prose)
-                 photo_verdicts={"mean visible patch": "mean visible patch error > MAE error",
-                                 "nearest visible pixel": "MAE error > nearest visible pixel error",
-                                 "inverse-distance": "MAE error > inverse-distance error"},
-                 # the mask-ratio sweep from the probe seeds: the error rises at every step, as measured at default
-                 ratio_verdicts={f"{a} -> {b}": f"error at {b} > error at {a}"
-                                 for a, b in ((0.25, 0.5), (0.5, 0.75), (0.75, 0.9))},
+                 # the photo comparison from the probe seeds, by the kit's rule for what one run
+                 # may claim (course_utils.compare): the default run measured every photo
+                 # verdict with its nearer edge under a half-width from zero (room 0.1, 0.3 and
+                 # 0.7), so each is claimed only as not reversed
+                 photo_verdicts={"mean visible patch": not_reversed("mean visible patch error > MAE error"),
+                                 "nearest visible pixel": not_reversed("MAE error > nearest visible pixel error"),
+                                 "inverse-distance": not_reversed("MAE error > inverse-distance error")},
+                 # the mask-ratio sweep from the probe seeds, one claim per step of sweep_ratios:
+                 # the error rose at every step in the default run, the first step with room 0.5
+                 # (claimed as not reversed), the others with room over 4 (claimed as rising)
+                 ratio_claims=["not reversed", "rises", "rises"],
                  dataset="textures", probe_seeds=[0, 1, 2], probe_steps=400),
     gpu=dict(image_size=32, patch=4, dim=192, depth=8, batch=256, steps=3000, lr=1.5e-3, limit=None,
              timing_dim=192, timing_depth=12, timing_batch=256,
              ledger_depths=[2, 4, 8, 16], encoder_kept_range=None, step_kept_range=None,
              photo_draws=16, sweep_ratios=[0.25, 0.5, 0.75, 0.9], claim_trends=False,
              min_loss_drop=None, norm_pix_verdict=None,
-             mae_above_random_claimed=None, photo_verdicts=None, ratio_verdicts=None, dataset="cifar10", probe_seeds=[0, 1, 2],
+             photo_verdicts=None, ratio_claims=None, dataset="cifar10", probe_seeds=[0, 1, 2],
              probe_steps=1000),
 )
 device = setup(SCALE, seed=cfg.seed)
@@ -463,24 +465,28 @@ axes[1].barh(names, [photo_errors[n] for n in names], color=["C3", "C0", "C0", "
 axes[1].invert_yaxis()
 axes[1].set_xlabel("masked-patch MSE on unseen photos")
 axes[2].imshow(image_grid(torch.cat([photo, masked_in, recon, idw_image]).cpu(), nrow=len(photo)))
-axes[2].set_title("rows: photo / 75% masked / MAE / inverse-distance")
+axes[2].set_title(f"rows: photo / {model.mask_ratio:.0%} masked / MAE / inverse-distance")
 axes[2].set_axis_off()
 plt.show()
 show_table([{"fill": n, "masked-patch MSE": e} for n, e in photo_errors.items()])
 print("unseen photos:", ", ".join(unseen))
 
 # %% [markdown]
-# Training lowers the masked-patch error several-fold, and on photos it never saw the MAE beats the
-# photo's mean visible patch. **It does not beat interpolation** at the CPU scale. Both are
-# decided by seeds further down: the three pixel-target MAEs the probe section trains (fewer
-# steps each, paired by seed) fill with less error than the mean visible patch and with more
-# than either interpolation, resolved and asserted at the default scale. Those intervals cover
+# Training lowers the masked-patch error several-fold. On photos it never saw, **the MAE does not
+# beat interpolation** at the CPU scale, and it fills no worse than the photo's mean visible
+# patch. Both are decided by seeds further down, the three pixel-target MAEs the probe section
+# trains (fewer steps each, paired by seed), and claimed as far as the kit's rule for one run
+# allows (`course_utils.compare`): neither interpolation is resolved worse than the MAE, and the
+# mean visible patch is not resolved better, asserted at the default scale. Whether the seeds
+# resolve the MAE below the mean patch and above the interpolations is printed with each
+# interval and how far its nearer edge stands from zero (the preset records why no more is
+# claimed). Those intervals cover
 # the training seeds only: every seed is scored on the same unseen photos (listed below) with the
 # same mask draws, so the verdicts are about these photos and masks, not photos in general. The
 # one longer-trained model above (`cfg.steps` steps) is a single seed: its errors against the
 # fills are printed in the cell below, and no claim rests on them (one reseed could move it past
 # a fill); the claims are the shorter-trained seeds'. What the cell asserts of this run is only
-# that training lowered its masked-patch error, by a margin no reseed approaches. Our reading, which no assert
+# that training lowered its masked-patch error by more than the fold `min_loss_drop` sets (printed and asserted). Our reading, which no assert
 # checks: a model this small, trained this briefly (configuration printed below), has learned
 # little more than smooth in-filling of colour, which interpolation does for free (the
 # reconstructions are blurry colour layouts). The asserts check the error comparisons only.
@@ -509,7 +515,8 @@ if cfg.min_loss_drop is not None:
 # labels (here: which photo a texture crop came from), tested on held-out crops, against the
 # *same* encoder at random initialisation (the kit's one floor: the network as built). Two
 # questions, each decided by the kit's comparison rule (`course_utils.compare`: paired seeds,
-# the mean difference and its 95% interval, a direction only when the interval excludes zero):
+# the mean difference and its 95% interval, a direction resolved only when the interval excludes
+# zero, and claimed only under the module's rule for one run):
 # does MAE training beat its own random init, and does `norm_pix_loss=True` (each target patch
 # standardised, as in the paper) beat plain pixels? For each of `cfg.probe_seeds`, the three
 # encoders share that seed's initial weights; the two MAE arms also share data order, masks,
@@ -597,32 +604,29 @@ for fill, comparison in photo_comparisons.items():
 assert same_start, "both MAE arms of a seed must start from the same weights"
 if cfg.norm_pix_verdict is not None:   # the one direction the seeds resolve here (printed above)
     assert norm_vs_pixels.verdict == cfg.norm_pix_verdict, norm_vs_pixels.describe(100, " points")
-    assert all(d > 0 for d in norm_vs_pixels.differences), "every seed's difference on the same side"
-if cfg.mae_above_random_claimed is False:   # neither arm placed above its random init
-    for comparison in (mae_vs_random, norm_vs_random):
-        assert comparison.verdict != f"{comparison.names[0]} > random init", comparison.describe(100, " points")
-if cfg.photo_verdicts is not None:   # the photo claims, decided by the seeds
-    for fill, verdict in cfg.photo_verdicts.items():
-        assert photo_comparisons[fill].verdict == verdict, photo_comparisons[fill].describe()
+if cfg.photo_verdicts is not None:   # the photo claims, each a direction not reversed by the seeds
+    for fill, verdicts in cfg.photo_verdicts.items():
+        assert photo_comparisons[fill].verdict in verdicts, photo_comparisons[fill].describe(1000)
 
 # %% [markdown]
 # What the run shows, and what it does not. Each comparison is printed with its interval and the
-# verdict it allows. At the teaching scale the seeds resolve one direction, asserted: the
+# verdict it allows. At the teaching scale one direction is asserted (the kit's rule for one run;
+# the preset records its room): the
 # normalised-pixel target (`norm_pix_loss`, the paper's choice) gives a better linear probe than
-# plain pixels, with every seed's difference on the same side. Neither MAE arm is resolved above
-# its own random init after `cfg.probe_steps` steps at the default scale (asserted there; an arm
-# resolved *below* it would not fail the assert, and the verdicts are printed above: read their signs, a plain-pixel arm whose mean sits below its floor
-# means "norm_pix_loss > pixels" says the normalised target does less harm or more good than
-# plain pixels, not that either has learned features a linear probe can use; a "not resolved"
-# is not evidence that MAE learns nothing, only that three seeds at this budget cannot place its
-# gain). That fits what is known of MAE: its features are weak for *linear* probing — the paper
+# plain pixels (each seed's difference is printed). Whether either MAE arm beats its
+# own random init after `cfg.probe_steps` steps is printed above and not claimed either way (the
+# kit's rule for one run; the preset says why). Read the signs:
+# a plain-pixel arm whose mean sits below its floor means "norm_pix_loss > pixels" says the
+# normalised target does less harm or more good than plain pixels, not that either has learned
+# features a linear probe can use; and a "not resolved" is not evidence that MAE learns nothing,
+# only that three seeds at this budget cannot place its gain. That fits what is known of MAE: its features are weak for *linear* probing — the paper
 # reports linear probing well below fine-tuning, and below contrastive methods such as MoCo v3,
 # even after hundreds of ImageNet epochs; its ablation (normalised pixels help fine-tuning by
 # under a point on ImageNet) is a citation here, not evidence. The kNN probe's verdicts are
 # printed beside the linear ones and not asserted. The same seeds' pixel-target MAEs also decide
 # the photo comparison of the section above (printed after the probe verdicts, asserted at the
-# default scale, on those photos and mask draws): below the mean visible patch, above both
-# interpolations.
+# default scale as not reversed, on those photos and mask draws): not above the mean visible
+# patch, not below either interpolation.
 
 # %% [markdown]
 # ### Mask-ratio sweep: cheaper encoder, harder task
@@ -636,8 +640,12 @@ if cfg.photo_verdicts is not None:   # the photo claims, decided by the seeds
 # pixel-target MAEs of the probe section (`cfg.probe_steps` steps each at 0.75), each evaluated
 # at every ratio with the same masks, paired by seed, one comparison per step of the ratio; the
 # longer-trained model above is plotted beside them, one model, printed only: a single model's
-# shape is not a finding. At the default scale the seeds' error rises at every step of the ratio
-# too (asserted).
+# shape is not a finding. At the default scale the seeds' error rises at each step of the ratio
+# the preset claims it for, and does not fall at the others (`ratio_claims`, asserted; the kit's
+# rule for one run, with the room the preset records; every verdict is printed). These models were
+# trained at one ratio, the lesson's, so the rise mixes a harder task with a mismatch between the
+# training and the evaluation ratio; interpolation's rise, which no training shapes, is the
+# cleaner measure of difficulty.
 
 # %%
 sweep = []
@@ -694,16 +702,19 @@ for row in sweep:   # the f² ≤ share ≤ f bound is an identity (section 2), 
 if cfg.claim_trends:
     idw_errs = [row["inverse-distance MSE"] for row in sweep]
     assert all(a < b for a, b in zip(idw_errs, idw_errs[1:])), f"difficulty should rise with the ratio: {idw_errs}"
-if cfg.ratio_verdicts is not None:   # the seeds' verdict at each step of the ratio, as measured at default
-    for step, verdict in cfg.ratio_verdicts.items():
-        assert ratio_steps[step].verdict == verdict, (step, ratio_steps[step].describe(1000))
+if cfg.ratio_claims is not None:   # per step of the ratio: the error rises, or at least does not fall
+    assert len(cfg.ratio_claims) == len(ratio_steps), "one claim per step of the ratio"
+    for comparison, claim in zip(ratio_steps.values(), cfg.ratio_claims):
+        rises = " > ".join(comparison.names)
+        accepted = {"rises": (rises,), "not reversed": not_reversed(rises)}[claim]
+        assert comparison.verdict in accepted, (claim, comparison.describe(1000))
 
 # %% [markdown]
 # What this sweep cannot show: *which ratio trains the best representation*. The paper finds a high
 # ratio, 75%, works well for both fine-tuning and linear probing (He et al. 2022, Fig. 5), after 800
 # epochs of ImageNet. Showing that here would take one full training run and probe per ratio, each
-# long enough to separate them; at this budget even the normalised-pixel arm is not placed above
-# its random init by three seeds (the intervals above), so we do not attempt it. The lesson claims only what it measures: a higher ratio makes the encoder
+# long enough to separate them; at this budget the seeds do not claim either MAE arm above its
+# random init (the intervals above), so we do not attempt it. The lesson claims only what it measures: a higher ratio makes the encoder
 # cheaper and the fill-in task harder.
 
 # %% [markdown]

@@ -34,7 +34,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
-from course_utils.evaluate import probe_encoder
+from course_utils.evaluate import batchnorm_calibrated, probe_encoder
 from course_utils.compare import NOT_RESOLVED, compare_paired
 from course_utils.ledger import measure, utilisation
 from course_utils.models import MLP, Attention, ProjectionHead, SmallResNet, ViT, count_parameters
@@ -48,7 +48,7 @@ from course_utils.train import TrainState, fit
 # The claims of the matched-budget comparison are in the config: None or False means "no claim
 # at this scale". CI's budgets are a few steps; the gpu scale has not been run against these
 # claims, so it makes none (its numbers are printed, not asserted).
-NO_CLAIMS = dict(labels_win=False, supervised_learns=False, mae_starts_below_floor=False, alloc_check=False,
+NO_CLAIMS = dict(labels_win=False, supervised_learns=False, alloc_check=False,
                  not_all_above_floor=False)
 cfg = config(
     SCALE,
@@ -58,17 +58,23 @@ cfg = config(
     ci=dict(image_size=16, width=8, vit_dim=32, decoder_dim=32, batch=16, budgets_gflops=[0.5, 1.0],
             seeds=[0, 1, 2],
             simclr_temperature=0.2, moco_temperature=0.2, moco_queue=1024, proj_dim=64,
-            train_limit=512, probe_train=256, probe_test=256, dataset="shapes",
+            train_limit=512, probe_train=256, probe_test=256, dataset="shapes", calibration_images=64,
             alloc_budgets_flops=[2e6, 8e6], alloc_widths=[16, 64], alloc_batch=32, alloc_seeds=[0, 1], alloc_test_seeds=[2, 3],
             queue_flops_max=None, **NO_CLAIMS),
     default=dict(image_size=16, width=16, vit_dim=64, decoder_dim=32, batch=128,
                  budgets_gflops=[150.0, 300.0, 600.0], seeds=[0, 1, 2],
                  simclr_temperature=0.2, moco_temperature=0.2, moco_queue=1024, proj_dim=64,
-                 train_limit=None, probe_train=2000, probe_test=1000, dataset="shapes",
+                 train_limit=None, probe_train=2000, probe_test=1000, dataset="shapes", calibration_images=2048,
                  alloc_budgets_flops=[3.5e8, 1.4e9, 5.6e9], alloc_widths=[16, 64, 256, 1024],
                  alloc_batch=256, alloc_seeds=[0, 1, 2], alloc_test_seeds=[3, 4, 5], queue_flops_max=0.02,
                  # claims the default run is asserted against, each decided by paired seeds
-                 labels_win=True, supervised_learns=True, mae_starts_below_floor=True,
+                 # (the kit's rule for one run, course_utils.compare: each direction asserted here
+                 # had room >= 2 in the default run; "random init > MAE" at the first budget had
+                 # room 0.6 and is printed, not claimed. At the first budget SimCLR's and MoCo's
+                 # means leaned below the kit's floor (room -0.2, -0.4) but above the lower,
+                 # BatchNorm-calibrated one (-0.5, -0.7): no floor claim there. At the last
+                 # budget MAE's mean leaned below both (room -0.7), which keeps "not all above")
+                 labels_win=True, supervised_learns=True,
                  # not every self-supervised objective resolved above its floor at the last
                  # budget, so no ranking among them (the verdicts are printed, not asserted one by
                  # one: many correlated tests at 95% resolve one by chance often)
@@ -77,7 +83,7 @@ cfg = config(
     gpu=dict(image_size=32, width=64, vit_dim=192, decoder_dim=32, batch=256,
              budgets_gflops=[15_000.0, 30_000.0, 60_000.0], seeds=[0, 1, 2],
              simclr_temperature=0.2, moco_temperature=0.2, moco_queue=1024, proj_dim=64,
-             train_limit=None, probe_train=10000, probe_test=10000, dataset="cifar10",
+             train_limit=None, probe_train=10000, probe_test=10000, dataset="cifar10", calibration_images=10000,
              alloc_budgets_flops=[3.5e9, 1.4e10, 5.6e10], alloc_widths=[16, 64, 256, 1024, 4096],
              alloc_batch=1024, alloc_seeds=[0, 1], alloc_test_seeds=[2, 3], queue_flops_max=0.02,
              **NO_CLAIMS),
@@ -305,6 +311,10 @@ def budget_run(job):
     update_clock = UpdateClock(opt)
     flops = rec[name].flops
     random_acc = probe_encoder(model.encoder, probe_train, test)["linear"]
+    # the other floor (BatchNorm statistics measured on training images, lesson 02): printed
+    # beside the kit's, and the floor claims are asserted against the lower of the two
+    calibrated_acc = probe_encoder(batchnorm_calibrated(model.encoder, train.images[:cfg.calibration_images]),
+                                   probe_train, test)["linear"]
     state, batches, seconds, rows = TrainState(), train.batches(cfg.batch, seed=seed), 0.0, []
     for budget in cfg.budgets_gflops:
         steps = max(1, int(budget * 1e9 / flops))
@@ -316,7 +326,9 @@ def budget_run(job):
                      "images seen": steps * cfg.batch, "train GFLOPs": steps * flops / 1e9,
                      "core-seconds": seconds, "of which updates": update_clock.seconds,
                      "threads": torch.get_num_threads(), "probe (random init)": random_acc,
-                     "probe (trained)": acc, "gain (points)": 100 * (acc - random_acc)})
+                     "probe (random init, BatchNorm calibrated)": calibrated_acc,
+                     "probe (trained)": acc, "gain (points)": 100 * (acc - random_acc),
+                     "gain over the lower floor (points)": 100 * (acc - min(random_acc, calibrated_acc))})
     return rows
 
 
@@ -326,9 +338,10 @@ longest_first = sorted(OBJECTIVES, key=lambda n: -ledgers[n]["seconds"] / rec[n]
 budget_out = map_runs(budget_run, [(name, seed) for name in longest_first for seed in cfg.seeds],
                       device=device, desc="matched budgets (objective x seed)")
 results = [row for rows in budget_out.values() for row in rows]   # one row per objective, seed and budget
-gains = {}     # (objective, budget) -> {seed: gain in points}
+gains, gains_lower_floor = {}, {}     # (objective, budget) -> {seed: gain in points}
 for r in results:
     gains.setdefault((r["objective"], r["budget GFLOPs"]), {})[r["seed"]] = r["gain (points)"]
+    gains_lower_floor.setdefault((r["objective"], r["budget GFLOPs"]), {})[r["seed"]] = r["gain over the lower floor (points)"]
 mean_gain = {key: sum(by_seed.values()) / len(by_seed) for key, by_seed in gains.items()}
 show_table([{"objective": name, "budget GFLOPs": budget,
              "steps": next(r["steps"] for r in results if r["objective"] == name and r["budget GFLOPs"] == budget),
@@ -379,6 +392,10 @@ def paired(a, b, names):
 # each self-supervised objective against its floor, at every budget: does it leave it?
 left_floor = {(name, b): paired(gains[(name, b)], floor, (name, "random init"))
               for name in SSL_BASELINE for b in cfg.budgets_gflops}
+# the same against the lower of the two floors (as built, BatchNorm calibrated), seed by seed:
+# the stricter test of a claim that an objective has not left its floor
+left_lower_floor = {(name, b): paired(gains_lower_floor[(name, b)], floor, (name, "lower random init"))
+                    for name in SSL_BASELINE for b in cfg.budgets_gflops}
 # within one backbone, the labels against each self-supervised objective, at every budget
 labels_vs_ssl = {(name, b): paired(gains[(sup, b)], gains[(name, b)], (sup, name))
                  for name, sup in SSL_BASELINE.items() for b in cfg.budgets_gflops}
@@ -389,6 +406,8 @@ supervised_grows = {sup: paired(gains[(sup, last)], gains[(sup, first)],
                                         (f"{sup} at {last:g}", f"at {first:g} GFLOPs"))
                     for sup in BASELINE.values()}
 for title, group in (("self-supervised gain over random init (points)", left_floor),
+                     ("the same over the lower floor, seed by seed: as built or BatchNorm calibrated, "
+                      "whichever probes lower (points)", left_lower_floor),
                      ("labels against self-supervision, same backbone (points)", labels_vs_ssl),
                      ("supervised gain over random init at the last budget", supervised_gain),
                      ("supervised gain, last budget against first", supervised_grows)):
@@ -396,6 +415,10 @@ for title, group in (("self-supervised gain over random init (points)", left_flo
     for key, c in group.items():
         print(f"  {'' if isinstance(key, str) else f'{key[1]:g} GFLOPs: '}{c.describe()}")
 
+floor_moves = {n: [100 * (r["probe (random init)"] - r["probe (random init, BatchNorm calibrated)"])
+                   for r in results if r["objective"] == n and r["budget GFLOPs"] == first] for n in SSL_BASELINE}
+print("the floor as built minus calibrated, per seed (points): " + "; ".join(
+    f"{n} " + ", ".join(f"{v:+.1f}" for v in moves) for n, moves in floor_moves.items()))
 at_last = {n: [r for r in results if r["objective"] == n and r["budget GFLOPs"] == last] for n in OBJECTIVES}
 def mean_of(rows, field):
     return sum(r[field] for r in rows) / len(rows)
@@ -413,12 +436,13 @@ if cfg.labels_win:         # within one backbone, the labels win at the last bud
     for name in SSL_BASELINE:
         c = labels_vs_ssl[(name, last)]
         assert c.verdict == f"{c.names[0]} > {c.names[1]}", (name, c.describe())
-if cfg.mae_starts_below_floor:   # MAE's first steps make the features worse for a linear probe
-    c = left_floor[("MAE", first)]
-    assert c.verdict == "random init > MAE", c.describe()
-    assert not any(left_floor[(n, first)].verdict == f"{n} > random init" for n in SSL_BASELINE), left_floor
-if cfg.not_all_above_floor:   # no ranking: at the last budget not every objective has left its floor
-    assert not all(left_floor[(n, last)].verdict == f"{n} > random init" for n in SSL_BASELINE), left_floor
+def above(c):
+    return c.verdict == " > ".join(c.names)
+
+
+if cfg.not_all_above_floor:   # no ranking: at the last budget not every objective has left its floor,
+    for group in (left_floor, left_lower_floor):   # against either floor
+        assert not all(above(group[(n, last)]) for n in SSL_BASELINE), group
 # MAE's steps have fewer FLOPs than the supervised ViT's, so the same budget buys it more steps
 assert flops_vs_supervised["MAE"] < 1 and mae_vs_vit_steps > 1, (flops_vs_supervised["MAE"], mae_vs_vit_steps)
 if cfg.supervised_learns:  # ... and the supervised runs do learn, more by the last budget than the first
@@ -451,21 +475,28 @@ print(f"For the same FLOPs MAE took {mae_vs_vit_seconds:.2f}x the core-seconds o
 # earlier budgets' too, where not every one is resolved).
 #
 # Whether each self-supervised run has left its floor is printed budget by budget as a verdict,
-# and the resolved ones are listed above with their mean gains. At the default scale two things
-# are asserted: MAE's probe is resolved *below* its random init at the first budget (its first
-# steps make the features worse for a linear probe than the network as built), and no
-# self-supervised objective is resolved above its floor there; at the last budget not every one
-# is (`not_all_above_floor`). The other verdicts are printed, not asserted one by one: with this
+# against two floors: the kit's (the network as built; the runs it resolves are listed above
+# with their mean gains) and the stricter one for a claim that an objective has not left its
+# floor, the lower of it and the same network with BatchNorm statistics calibrated on training
+# images (lesson 02), seed by seed. The choice moves a ResNet's floor (printed above, per seed;
+# the ViT has no BatchNorm, so its floors are one), so the lesson makes no claim at the first
+# budget, where a verdict could depend on which floor is used (both are printed). One thing is asserted at the default
+# scale, against both floors, a not-reversed claim under the kit's rule for one run (the preset
+# records the rooms): at the last budget not every self-supervised objective is resolved above
+# its floor (`not_all_above_floor`). Where the first budget's MAE lies against its
+# floor is printed and not claimed (the preset says why); where it is resolved below, its first
+# steps made the features worse for a linear probe than the network as built. The other verdicts are printed, not asserted one by one: with this
 # many correlated comparisons at 95% (one per objective and budget, counted above), one resolved by chance would be no surprise, and one reseed could
 # move it; a small gain resolved above the floor (its mean is printed) is a start, not a result.
 # "Not resolved at this scale" is a statement about these seeds and budgets, not evidence of no
 # learning. Either way the self-supervised gains are small beside the labels' at the last budget
-# (the labels win there, asserted), and MAE's is negative at the first (asserted); that is a
+# (the labels win there, asserted); that is a
 # statement about these budgets (their core-seconds are printed
 # above), not about the objectives. MoCo's steps here are printed above;
 # lesson 03 trains it for longer (and with AdamW and weight decay, where this lesson's ResNet
-# family uses Adam), over several seeds, and resolves its gain over the floor there
-# (whether that gain comes late is printed there, not asserted); MAE's reconstruction objective
+# family uses Adam), over several seeds, and prints its gain over the floor there with the
+# paired interval, and the kit's SSL benchmark, longer still, leaves the floor far behind
+# (below); MAE's reconstruction objective
 # is known to need far longer, and even converged MAE features are known to be weak under a
 # *linear* probe (He et al. 2022 report a large gap between linear probing and fine-tuning);
 # lesson 04 measures what MAE does learn. A ranking *among* the self-supervised objectives would
@@ -785,17 +816,22 @@ if cfg.alloc_check:
         assert c.verdict == f"{c.names[0]} > {c.names[1]}", (name, c.describe(digits=3))
 
 # %% [markdown]
-# At a fixed budget a model too large gets too few steps and one too small cannot use the data
-# it sees: at the smallest budget the widest student, and at the largest the narrowest, ends
-# above the best width's test loss (asserted by paired seeds: seed s of every width saw the same
+# At a fixed budget the widest student ends above the best width's test loss at the smallest
+# budget, and the narrowest at the largest (asserted by paired seeds: seed s of every width saw the same
 # stream of examples, so the difference is taken seed by seed and decided by its interval). As C
 # grows, the best width (by the mean over `alloc_seeds` of a second held-out draw, the validation
 # draw) moves right (asserted: it is larger at the largest budget than at the smallest, and at each
 # of those two budgets its best width beats the other's, paired). The widths are chosen on
 # `alloc_seeds` and every comparison is decided on `alloc_test_seeds`, fresh initialisations and
 # example streams trained again for the compared points only: the seeds whose luck picked a width
-# are not the seeds that test it, and the test draw is not the draw that chose it. The claims are
-# asserted only where the interval clears zero by itself; two claims that name the same
+# are not the seeds that test it, and the test draw is not the draw that chose it. Why the widest
+# loses at the smallest budget is not separated here: it gets the fewest steps (the budget over
+# its step's FLOPs, printed above), and it trains with the one learning rate chosen for every
+# width, decayed over its own short run, so too few steps and a learning rate that may not suit
+# its width change together; the usual reading, that a model too large gets too few steps and one
+# too small cannot use the data it sees, is the scaling-law papers', cited, not isolated. The claims are
+# asserted where the default run measured them clear of zero by at least a half-width (the kit's
+# rule for one run, `course_utils.compare`; the preset records it); two claims that name the same
 # comparison (the small-C optimum can be the narrowest width) are printed once, as one. Where
 # exactly the optimum lies is another matter: each end's best width against its grid neighbours
 # is printed, not claimed, and a neighbour that is not resolved means the optimum is known only to
@@ -841,8 +877,8 @@ if cfg.alloc_check:
 #   resolves above plain pixels for a linear probe) where this lesson's regresses plain pixels.
 #   So the benchmark shows that some recipe with at least four times the steps leaves the floor
 #   far behind; length and recipe are not separated here. The small self-supervised gains
-#   measured here are the start of training, not where it ends; lesson 13 finds SimSiam's start
-#   slow at matched FLOPs over several seeds.
+#   measured here are the start of training, not where it ends; lesson 13 sets SimSiam's start
+#   beside SimCLR's and MoCo's at matched FLOPs over several seeds.
 # - C ≈ 6ND holds for dense layers used once per token. It ignores attention's L²-term (large for
 #   long sequences) and the first layer's missing input gradient, needs D in tokens (images ×
 #   patches for a ViT) and has no single D for a CNN whose stages work at different resolutions

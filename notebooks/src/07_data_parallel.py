@@ -52,7 +52,7 @@ print(f"ranks: {cfg.ranks}")
 # %% [markdown]
 # ## 1 · The problem: the batch you want is larger than one device
 #
-# Lesson 02 showed that SimCLR wants large batches, and lesson 06 that one device's memory caps
+# SimCLR wants large batches (Chen et al. 2020, cited in lesson 02), and lesson 06 showed that one device's memory caps
 # the batch. Data parallelism runs n copies of the model, each on its own device and its own
 # shard of the batch. Whether that is *the same training* as one big device depends on one
 # question: do the n copies stay one set of parameters?

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from course_utils.augment import SimCLRAugment
-from course_utils.compare import NOT_RESOLVED, compare_paired
+from course_utils.compare import NOT_RESOLVED, compare_paired, not_reversed
 from course_utils.data import load_dataset
 from course_utils.evaluate import alignment_uniformity, collapse_stats, probe_encoder, view_embeddings
 from course_utils.exercises import check_close, check_equal
@@ -51,9 +51,11 @@ cfg = config(
     SCALE,
     # budget_steps: every arm of the comparison gets the FLOPs of this many SimCLR steps;
     # collapse_steps: length of the stop-gradient ablation, read every collapse_every steps.
-    # claims: assert claim 1's collapse; verdicts: claim 2's verdicts, the default preset's set
-    # from its default run (map_runs: one thread per run, the same verdicts however it runs on
-    # one machine; None: at the edge of its interval, printed, not claimed).
+    # claims: assert claim 1's collapse; verdicts: claim 2's verdicts, each the verdicts it may
+    # take, set by the kit's rule for one run (course_utils.compare): a direction whose edge
+    # stood a half-width clear of zero in the default run, a nearer one as not_reversed, a "not
+    # resolved" never (None: printed, not claimed). Default run: SimCLR vs SimSiam room 0.1
+    # (not reversed); SimSiam vs floor, MoCo vs SimSiam and uniformity not resolved.
     ci=dict(image_size=16, width=8, blocks=(1, 1, 1), batch=16, dim=32, queue=64,
             lr=2e-3, weight_decay=0.05, temperature=0.2,
             crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
@@ -66,7 +68,7 @@ cfg = config(
                  collapse_steps=300, collapse_every=20, budget_steps=800, seeds=(0, 1, 2),
                  train_limit=5000, probe_train=2000, probe_test=1000, stats_images=512,
                  dataset="shapes", claims=True,
-                 verdicts={"SimSiam vs floor": NOT_RESOLVED, "SimCLR vs SimSiam": "SimCLR > SimSiam",
+                 verdicts={"SimSiam vs floor": None, "SimCLR vs SimSiam": not_reversed("SimCLR > SimSiam"),
                            "MoCo vs SimSiam": None, "uniformity": None}),
     # gpu: a half-width CIFAR ResNet-18, as lessons 02 and 03, sized by tools/gpu_budget.py to
     # about 14 minutes on a T4 (the collapse arms from every seed, 200 steps each)
@@ -411,8 +413,9 @@ if cfg.claims:
 # `budget_steps` SimCLR steps (steps = budget ÷ its own measured FLOPs per step, so MoCo, whose key
 # view has no backward, takes more steps), `cfg.seeds` seeds per arm, then a linear probe of the
 # backbone. The floor is the kit's one random-init floor: each seed's backbone as built, probed
-# untouched. Each comparison is paired by seed; a direction is stated only where the 95% interval
-# excludes zero.
+# untouched. Each comparison is paired by seed; a direction is resolved only where the 95% interval
+# excludes zero, and claimed only under the kit's rule for one run (`course_utils.compare`; the
+# preset records each claim's room).
 
 # %%
 budget_flops = cfg.budget_steps * records["SimCLR"].flops
@@ -520,7 +523,7 @@ if cfg.verdicts is not None:
     # each would fail in the world where the intervals said otherwise (and the printed reading
     # above, built from the same verdicts, would change with it)
     expected = {key: v for key, v in cfg.verdicts.items() if v is not None}
-    assert {key: verdicts[key] for key in expected} == expected, verdicts
+    assert all(verdicts[key] in accepted for key, accepted in expected.items()), verdicts
 if cfg.claims:   # claim 1's design stays off the constant at every seed (collapsed: rank ~1, uniformity ~0)
     assert all(budget_runs["SimSiam", s]["effective_rank"] > 1.2 and budget_runs["SimSiam", s]["uniformity"] < -0.3
                for s in cfg.seeds), {s: budget_runs["SimSiam", s] for s in cfg.seeds}
@@ -530,7 +533,8 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #
 # - **Scale.** Every run here is minutes of a small ResNet on 16-pixel synthetic shapes. SimSiam
 #   reaches 91.8% on CIFAR-10 after 800 epochs in its paper; this lesson measures the start of
-#   training, where SimSiam is behind SimCLR at this budget (claim 2). The verdicts are about this
+#   training, where SimSiam is not ahead of SimCLR at this budget (claim 2; whether it is behind
+#   is printed with the paired interval). The verdicts are about this
 #   budget, not about the methods' ceilings. The kit's SSL benchmark
 #   (`benchmarks/bench_ssl_quality.py`) trains each objective for a fixed budget of steps on the
 #   same kind of shapes (the steps its time budget bought on the machine that calibrated it;

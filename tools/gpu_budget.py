@@ -59,8 +59,8 @@ CIFAR_TRAIN, CIFAR_TEST = 50_000, 10_000
 
 # --------------------------------------------------------------------------- presets
 class _Names(dict):
-    """The names a preset may use: ``dict``, module-level literals, and any other name (an
-    imported constant such as ``NOT_RESOLVED``) as an opaque placeholder."""
+    """The names a preset may use: ``dict``, ``not_reversed``, module-level literals, and any other
+    name (an imported constant such as ``NOT_RESOLVED``) as an opaque placeholder."""
 
     def __missing__(self, name):
         return f"<{name}>"
@@ -69,9 +69,10 @@ class _Names(dict):
 def preset(lesson: str, scale: str = "gpu") -> dict:
     """The preset ``config(SCALE, ci=..., default=..., gpu=...)`` of ``notebooks/src/<lesson>.py``,
     evaluated from the source (literals, ``dict(...)`` and names assigned from literals above)."""
+    from course_utils.compare import not_reversed   # a pure function presets call for their claims
     source = (ROOT / "notebooks" / "src" / f"{lesson}.py").read_text()
     tree = ast.parse(source)
-    names = _Names(dict=dict)
+    names = _Names(dict=dict, not_reversed=not_reversed)
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                 isinstance(node.targets[0], ast.Name):

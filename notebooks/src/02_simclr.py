@@ -832,8 +832,9 @@ if cfg.colour_r2_z_verdict is not None:
 # random init's R² is printed).
 #
 # The same probe on z (of the un-augmented probe images) is resolved at default scale, and in the
-# direction the invariance argument does not predict: **the jitter arm's projection holds more of
-# the images' mean colour than the no-colour arm's** (paired verdict printed with how far its
+# direction the invariance argument does not predict: **a linear map reads more of the images'
+# mean colour off the jitter arm's projection than off the no-colour arm's** (a linear probe:
+# colour held nonlinearly is not measured; paired verdict printed with how far its
 # nearer edge stands from zero; asserted, a direction clear enough for the kit's rule to claim);
 # this lesson does not explain it. `ablation_steps` steps of `image_size`-pixel images and `temperature_seeds` seeds per arm:
 # this shows the mechanism, not the size of the effect in a full-length run.

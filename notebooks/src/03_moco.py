@@ -133,8 +133,8 @@ def build_moco(momentum=0.99, queue=cfg.queue, shuffle_keys=True, seed=cfg.seed)
 #   queue's older keys lack, so the positive can be picked out by statistics instead of content.
 #   With two groups, a key's group still shares about half its members with its query's group:
 #   the shuffle *reduces the shared BN statistics*, it does not remove them (measured below);
-#   whether that shared part still leaks enough to matter is a separate question (printed below,
-#   one seed per arm: not resolved).
+#   whether that shared part still leaks enough to matter is a separate question, which this
+#   lesson does not decide (one run per arm is printed below, no claim is made).
 
 # %% [markdown]
 # ## Worked example: one step, line by line

@@ -358,7 +358,7 @@ if cfg.step_kept_range is not None:
 # the kit's speed goal for it lives in a benchmark (`benchmarks/bench_objectives.py`, "mae": a
 # visible-only step at least 3x faster at its configuration, with the committed result in
 # `benchmarks/results/objectives.json`). At CI scale the models are too small for the timing to
-# mean anything. On a GPU, expect far less than the FLOP ratio at
+# mean anything. On a GPU the speed-up may fall far short of the FLOP ratio at
 # this size: the first GPU run (an H200; its printed lines are kept in the repository's
 # benchmarks/gpu_runs/step_times.json and printed below this run's, cited, not re-measured)
 # found visible-only encoding much less faster than its FLOP ratio, both arms far below the

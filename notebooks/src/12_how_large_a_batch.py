@@ -377,9 +377,11 @@ plt.show()
 # premises are untested here: B_crit ≈ B_simple was checked only on the MLP with SGD (claim 3),
 # and this run uses Adam, whose preconditioning the paper's simple noise scale ignores; the
 # smallest B_simple of a short run says nothing about later in training.
-# (3) No clear growth as the loss falls, unlike the MLP above: the last probe's value lies within the range of the
-# single-update estimates at initialisation, so this short run cannot tell a trend from the
-# estimator's noise. The loss here falls only from its initial value to the last one printed
+# (3) Not asserted: whether the noise scale grows as the loss falls, as the MLP's did above. The
+# last probe's value and the range of the single-update estimates at initialisation are printed
+# below; one short run whose last value lies inside that range cannot tell a trend from the
+# estimator's noise, and one that lies outside it is one run (the kit's rule for one run,
+# `course_utils.compare`, asserts no null). The loss here falls only from its initial value to the last one printed
 # (chance for a group is log(2·group − 1), printed below): an early stage of training, whereas
 # the MLP's noise scale grew while its loss fell by more than the factor asserted in claim 2.
 
@@ -392,6 +394,9 @@ print(f"SimCLR loss {simclr_first['loss']:.2f} → {simclr_last['loss']:.2f} (ch
       f"{simclr_min_b_simple:.0f} vs training batch {train_batch}")
 low_end_above = sum(t["b_simple_low"] > train_batch for t in simclr_trajectory)
 print(f"probes whose lowest single-update estimate still exceeds the batch: {low_end_above} of {len(simclr_trajectory)}")
+inside = simclr_first["b_simple_low"] <= simclr_last["b_simple"] <= simclr_first["b_simple_high"]
+print(f"the last probe's B_simple {'lies inside' if inside else 'lies outside'} the range of the single-update "
+      "estimates at initialisation (printed above; not asserted)")
 simclr_doubling = (1 + simclr_min_b_simple / train_batch) / (1 + simclr_min_b_simple / (2 * train_batch))
 print(f"prediction (the paper's model with B_crit = the smallest B_simple; not measured): doubling to "
       f"{2 * cfg.simclr_train_groups} groups of {group} ({2 * train_batch} images) would cut the steps "
@@ -404,7 +409,6 @@ if SCALE != "ci":
     assert simclr_last["loss"] < simclr_first["loss"], "the SimCLR run must train"
     assert simclr_min_b_simple > train_batch, "SimCLR at this batch must be noise-dominated at every probe"
     assert low_end_above == len(simclr_trajectory), "... even by the lowest single-update estimate"
-    assert simclr_first["b_simple_low"] <= simclr_last["b_simple"] <= simclr_first["b_simple_high"], "growth not resolved at this length"
 
 # %% [markdown]
 # **Claim 3.** Steps fall nearly in proportion to the batch well below B_crit and barely fall

@@ -88,6 +88,12 @@ class Comparison:
         return self.mean - self.half_width, self.mean + self.half_width
 
     @property
+    def direction(self) -> str:
+        """The verdict that says the first arm wins, "A > B" in the names' order: what a claim
+        that A beats B asserts (or accepts with ``not_reversed``)."""
+        return f"{self.names[0]} > {self.names[1]}"
+
+    @property
     def room(self) -> float:
         """How far the interval's nearer edge stands from zero, in half-widths: 1 when the mean is
         two half-widths from zero, 0 when the edge touches zero, negative when it straddles it
@@ -102,7 +108,7 @@ class Comparison:
         if len(self.differences) < MIN_SEEDS:
             return NOT_RESOLVED
         if low > 0:
-            return f"{self.names[0]} > {self.names[1]}"
+            return self.direction
         if high < 0:
             return f"{self.names[1]} > {self.names[0]}"
         return NOT_RESOLVED

@@ -79,6 +79,7 @@ def test_room_measures_the_near_edge_in_half_widths_and_not_reversed_accepts_the
     straddling = compare_paired([-1.0, 1.0, 0.5], [0.0] * 3)
     assert straddling.room < 0 and straddling.verdict == NOT_RESOLVED
     assert compare_paired([-4.0, -3.0, -2.0], [0.0] * 3).room == pytest.approx(near.room)
+    assert clear.direction == clear.verdict == "A > B" and straddling.direction == "A > B"
     assert not_reversed("A > B") == ("A > B", NOT_RESOLVED)
     for bad in ("A", "A > A", " > B"):
         with pytest.raises(ValueError, match="A > B"):

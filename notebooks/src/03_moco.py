@@ -656,12 +656,12 @@ else:
 
 # %%
 if cfg.probe_claim:                     # CI trains a handful of steps: nothing to claim there
-    assert moco_vs_init.verdict in not_reversed(" > ".join(moco_vs_init.names)), moco_vs_init.describe(100, " points")
+    assert moco_vs_init.verdict in not_reversed(moco_vs_init.direction), moco_vs_init.describe(100, " points")
 if ssl is not None:                     # the committed benchmark: every MoCo row's interval above its floor
     assert all(row["gain_interval_points"][0] > 0 for row in moco_rows.values()), \
         {d: r["gain_interval_points"] for d, r in moco_rows.items()}
 if cfg.late_gain_claim:                 # a preset whose seeds resolve it: the later steps add more
-    assert late_vs_early.verdict == " > ".join(late_vs_early.names), late_vs_early.describe()
+    assert late_vs_early.verdict == late_vs_early.direction, late_vs_early.describe()
 
 # %% [markdown]
 # What this scale can back, by the kit's rule for one run (`course_utils.compare`): over the seeds

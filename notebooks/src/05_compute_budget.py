@@ -435,9 +435,9 @@ mae_extra_update_seconds = (mean_of(at_last["MAE"], "of which updates")
 if cfg.labels_win:         # within one backbone, the labels win at the last budget, seed by seed
     for name in SSL_BASELINE:
         c = labels_vs_ssl[(name, last)]
-        assert c.verdict == f"{c.names[0]} > {c.names[1]}", (name, c.describe())
+        assert c.verdict == c.direction, (name, c.describe())
 def above(c):
-    return c.verdict == " > ".join(c.names)
+    return c.verdict == c.direction
 
 
 if cfg.not_all_above_floor:   # no ranking: at the last budget not every objective has left its floor,
@@ -448,7 +448,7 @@ assert flops_vs_supervised["MAE"] < 1 and mae_vs_vit_steps > 1, (flops_vs_superv
 if cfg.supervised_learns:  # ... and the supervised runs do learn, more by the last budget than the first
     for sup in BASELINE.values():
         for c in (supervised_gain[sup], supervised_grows[sup]):
-            assert c.verdict == f"{c.names[0]} > {c.names[1]}", (sup, c.describe())
+            assert c.verdict == c.direction, (sup, c.describe())
 
 # %%
 resolved = [f"{name} {'above' if c.mean > 0 else 'below'} it at {b:g} GFLOPs ({c.mean:+.1f} points)"
@@ -813,7 +813,7 @@ assert max(ratios) < 1, ratios
 if cfg.alloc_check:
     assert best_hidden[-1] > best_hidden[0], "more compute moves the best width right"
     for name, c in allocation_claims.items():
-        assert c.verdict == f"{c.names[0]} > {c.names[1]}", (name, c.describe(digits=3))
+        assert c.verdict == c.direction, (name, c.describe(digits=3))
 
 # %% [markdown]
 # At a fixed budget the widest student ends above the best width's test loss at the smallest

@@ -113,6 +113,19 @@ class Comparison:
             return f"{self.names[1]} > {self.names[0]}"
         return NOT_RESOLVED
 
+    def holds(self, accepted: tuple[str, ...]) -> bool:
+        """Whether the verdict is one of ``accepted``, a claim's verdicts: ``(c.direction,)`` or
+        ``not_reversed(c.direction)`` (see the module docstring). A bare string is refused (``in``
+        on a string would test for a substring), and so is a claim that accepts only "not
+        resolved": a tie is printed, never asserted."""
+        if isinstance(accepted, str) or not isinstance(accepted, (tuple, list, frozenset, set)):
+            raise TypeError(f"accepted is a tuple of verdicts, e.g. ({accepted!r},) or "
+                            f"not_reversed(...), got {accepted!r}")
+        if not accepted or set(accepted) == {NOT_RESOLVED}:
+            raise ValueError(f"a claim accepts at least one direction, got {tuple(accepted)!r}: "
+                             "a 'not resolved' is printed, never asserted")
+        return self.verdict in accepted
+
     def describe(self, scale: float = 1.0, unit: str = "", digits: int = 1) -> str:
         """One line: the mean difference, its 95% interval, the seeds, the verdict and, for a
         direction, its ``room`` (× scale, ``digits`` after the decimal point)."""

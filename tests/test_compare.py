@@ -86,6 +86,22 @@ def test_room_measures_the_near_edge_in_half_widths_and_not_reversed_accepts_the
             not_reversed(bad)
 
 
+def test_a_claim_is_checked_against_a_tuple_of_verdicts_never_a_substring_or_a_tie():
+    """holds: the verdict is one of the claim's verdicts; a bare string ("AB > C" contains
+    "B > C") and a claim that only accepts "not resolved" are refused."""
+    from course_utils.compare import not_reversed
+    wins = compare_paired([0.50, 0.52, 0.55], [0.40, 0.43, 0.44], names=("B", "C"))
+    tie = compare_paired([-1.0, 1.0, 0.5], [0.0] * 3, names=("B", "C"))
+    assert wins.holds((wins.direction,)) and wins.holds(not_reversed("B > C"))
+    assert tie.holds(not_reversed("B > C")) and not tie.holds(("B > C",))
+    assert not wins.holds(("C > B",)) and not wins.holds(not_reversed("C > B"))
+    with pytest.raises(TypeError, match="tuple of verdicts"):
+        wins.holds("AB > C")
+    for bad in ((NOT_RESOLVED,), ()):
+        with pytest.raises(ValueError, match="never asserted"):
+            tie.holds(bad)
+
+
 def test_what_one_runs_room_says_about_another_draw_of_seeds():
     """The module docstring's figures: two independent draws of n paired seeds of one true
     difference (drawn flat over ±6 standard deviations of a seed's difference, unknown to both),

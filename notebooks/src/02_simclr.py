@@ -694,7 +694,7 @@ for what, comparison in (("uniformity", uniformity_comparison), ("alignment", al
 if cfg.geometry_verdicts is not None:   # as the default run measured them (None: not claimed)
     for what, comparison in (("uniformity", uniformity_comparison), ("alignment", alignment_comparison)):
         if cfg.geometry_verdicts[what] is not None:
-            assert comparison.verdict in cfg.geometry_verdicts[what], comparison.describe(digits=3)
+            assert comparison.holds(cfg.geometry_verdicts[what]), comparison.describe(digits=3)
 
 # %% [markdown]
 # The claim about the geometry at the default scale is one direction, held to the kit's rule for
@@ -800,11 +800,11 @@ if cfg.min_shortcut_loss_gap is not None:
     assert all(r["colour R²"] > 0.5 for r in jitter_runs.values()), \
         "a linear map still reads most of the colour off the jitter arm's features"
 if cfg.colour_verdict is not None:   # the no-colour arm is not resolved above the jitter arm
-    assert colour_comparison.verdict in cfg.colour_verdict, colour_comparison.describe(100)
+    assert colour_comparison.holds(cfg.colour_verdict), colour_comparison.describe(100)
     # both arms are still at the start of training: each seed within ten points of its floor
     assert max(abs(g) for gains in over_floor.values() for g in gains.values()) < 10, over_floor
 if cfg.colour_r2_z_verdict is not None:
-    assert colour_r2_z_comparison.verdict in cfg.colour_r2_z_verdict, colour_r2_z_comparison.describe(100)
+    assert colour_r2_z_comparison.holds(cfg.colour_r2_z_verdict), colour_r2_z_comparison.describe(100)
 
 # %% [markdown]
 # Both arms are trained at every seed of the temperature experiment (seed s of the two arms shares

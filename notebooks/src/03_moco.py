@@ -656,7 +656,7 @@ else:
 
 # %%
 if cfg.probe_claim:                     # CI trains a handful of steps: nothing to claim there
-    assert moco_vs_init.verdict in not_reversed(moco_vs_init.direction), moco_vs_init.describe(100, " points")
+    assert moco_vs_init.holds(not_reversed(moco_vs_init.direction)), moco_vs_init.describe(100, " points")
 if ssl is not None:                     # the committed benchmark: every MoCo row's interval above its floor
     assert all(row["gain_interval_points"][0] > 0 for row in moco_rows.values()), \
         {d: r["gain_interval_points"] for d, r in moco_rows.items()}

@@ -62,7 +62,7 @@ print(device, cfg.example)
 # %% [markdown]
 # ## 1 · The problem: the weights are the smallest line (tied with their gradients)
 #
-# A GPT-2-small-sized model's weights in 16 bits take a fraction of a T4's 16 GB (printed below),
+# A GPT-2-small-sized model's weights in 16 bits take a small fraction of a T4's memory (printed below),
 # so "it fits" is the tempting conclusion. But training keeps much more than one copy of the
 # weights: a gradient per weight, Adam's two moments, an fp32 master copy under mixed precision —
 # and the activations the forward pass keeps until backward, which grow with batch × sequence.
@@ -74,9 +74,12 @@ gpt2 = memory.transformer_memory(small["layers"], small["hidden"], small["heads"
 gpt2_params = tinygpt_param_count(small["layers"], small["hidden"], 50257, 1024)
 print(f"GPT-2 small: {gpt2_params / 1e6:.0f} M parameters, {gpt2['params'] / GiB:.2f} GiB of bf16 weights")
 show_table([{"line": k, "GiB": round(v / GiB, 2)} for k, v in gpt2.items()])
-print(f"the bf16 weights are {gpt2['params'] / gpt2['total']:.0%} of the predicted total")
+t4_bytes = memory.DEVICES["T4 (Colab) 16 GB"]   # what torch reports on Colab, not the marketed 16 GB
+print(f"the bf16 weights are {gpt2['params'] / t4_bytes:.1%} of a T4's {t4_bytes / GiB:.1f} GiB, and "
+      f"{gpt2['params'] / gpt2['total']:.0%} of the predicted total")
 # the predictor's lines: the weights are the smallest, tied with their 2-byte gradients
 assert gpt2["params"] == min(v for k, v in gpt2.items() if k != "total") == gpt2["grads"]
+assert gpt2["params"] < 0.05 * t4_bytes, "a small fraction of the device"
 
 # %% [markdown]
 # ## 2 · The mechanism: bytes per parameter, and activations per token
@@ -86,7 +89,7 @@ assert gpt2["params"] == min(v for k, v in gpt2.items() if k != "total") == gpt2
 # | precision | weights | gradients | fp32 master | optimizer (SGD / momentum / Adam) | Adam total |
 # |---|---|---|---|---|---|
 # | fp32 | 4 | 4 | — | 0 / 4 / 8 | 16 |
-# | bf16-mixed (ZeRO's count, measured below) | 2 | 2 | 4 | 0 / 4 / 8 | **16** |
+# | bf16-mixed (ZeRO's count, read back from one step below) | 2 | 2 | 4 | 0 / 4 / 8 | **16** |
 # | Megatron: bf16 weights, fp32 gradients | 2 | 4 | 4 | 0 / 4 / 8 | **18** |
 # | Megatron: fp16 weights and gradients, an fp32 copy of the gradients | 2 | 2 + 4 | 4 | 0 / 4 / 8 | **20** |
 #
@@ -152,10 +155,12 @@ show_table([{"arm": "fp32 master + AdamW", "Adam moments bytes/param": mixed_rec
 # %%
 # NBVAL_CHECK_OUTPUT
 predicted_per_param = memory.state_bytes_per_param("adamw", "bf16-mixed")
+# identities: the dtypes this code chose, read back, agree with the kit's table and sum to ZeRO's 16
 assert mixed_per_param == {"weights": predicted_per_param["params"], "gradients": predicted_per_param["grads"],
                            "fp32 master": predicted_per_param["master_params"],
                            "Adam moments": predicted_per_param["optimizer"]}
 assert sum(mixed_per_param.values()) == 16
+# evidence: would fail if AdamW kept fp32 moments whatever the model's dtype
 assert direct_record.optimizer_bytes / n_mixed == 4   # without the master, the moments follow the model
 
 # %% [markdown]
@@ -428,6 +433,16 @@ if peak is not None:
 # published figure). Megatron's layer keeps less than plain PyTorch autocast does on CUDA
 # (claim 4's count), so with eager attention the widget's headroom is optimistic. The static
 # plot shows three settings of GPT-2 small on a T4.
+
+# %%
+# the two counts for one GPT-2 small layer at sequence 1024, batch 8, eager attention (an identity
+# of the formulas: 34·sbh + 5·as²b against 36·sbh + 6·as²b + 16·sb, smaller at every shape)
+layer_shape = dict(seq=1024, batch=8, hidden=small["hidden"], heads=small["heads"])
+megatron_layer = memory.korthikanti_layer_activation_bytes(**layer_shape)
+autocast_layer = memory.tinygpt_layer_activation_bytes(**layer_shape, autocast="cuda")
+print(f"one layer keeps {megatron_layer / GiB:.2f} GiB in Megatron's count, {autocast_layer / GiB:.2f} GiB "
+      f"under CUDA autocast ({autocast_layer / megatron_layer:.2f}×)")
+assert megatron_layer < autocast_layer
 
 # %%
 what_fits_widget()

@@ -209,7 +209,7 @@ print("max |Δθ| in units of ε·max|θ| (ε: the dtype's machine epsilon): "
 # precision: **going from fp32 to fp64 shrinks every gap by more than 10⁶**, for both optimizers.
 # A different update (a missing average, a stale gradient) would leave a gap that does not shrink
 # with precision: an argument, not an arm run here (no deliberately wrong DDP is trained). The
-# evidence asserts the shrinking, SGD-momentum's gap under 2 ε·max|θ| ("about one"),
+# evidence asserts the shrinking, SGD-momentum's gap between a quarter and 2 ε·max|θ| ("about one"),
 # and that some step is not bitwise equal.
 #
 # Those gaps are between DDP and a *different* program, the single process. Between the DDP
@@ -249,7 +249,7 @@ show_table([{"ranks": n, "4Ψ (grad bytes)": c[0]["param_bytes"],
 # %%
 # NBVAL_CHECK_OUTPUT
 assert identity_gap < 1e-6, identity_gap
-assert all(gap_in_eps[(prec, "sgd-momentum")] < 2 for prec in ("fp32", "fp64")), gap_in_eps   # about one ε
+assert all(0.25 < gap_in_eps[(prec, "sgd-momentum")] < 2 for prec in ("fp32", "fp64")), gap_in_eps   # about one ε
 # not bitwise: some step of some optimizer differs in its last bits
 assert not all(all(eq[0][opt]["bitwise_equal"]) for opt in lesson.EQUIVALENCE_OPTIMIZERS)
 assert fp64_over_fp32 < 1e-6, fp64_over_fp32

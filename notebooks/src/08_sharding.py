@@ -314,7 +314,7 @@ assert act.activation_bytes > resident_zero3, "at this batch the activations dom
 #   the formulas assume ring algorithms. gloo's CPU reduce-scatter (this torch's gloo, measured
 #   on 2 ranks) writes as many bytes as an all-reduce of the same input, 2(n−1)/n·P instead of
 #   (n−1)/n·P, so FSDP2's measured wire bytes exceed 3(n−1)/n·4Ψ; NCCL on GPUs has a ring
-#   reduce-scatter that sends (n−1)/n·P (not measured here: no GPUs). The
+#   reduce-scatter that sends (n−1)/n·P (not measured by this lesson). The
 #   cell compares the wire with both models of the reduce-scatter:
 
 # %%

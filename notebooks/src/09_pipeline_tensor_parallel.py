@@ -505,11 +505,13 @@ print(f"ZB-H1 vs ZB-H2-style at F=B_input=W: idle {orders['zb_h1'].idle(0):g} vs
 assert dual_unequal.idle(0) != pipeline_orders.report_bubble("dualpipe", p, **unequal)
 assert orders["zb_h2"].idle(0) == orders["zb_h1"].idle(0) and h1_h2["zb_h2"] < h1_h2["zb_h1"]
 assert orders["dualpipe"].idle(0) < (p - 1) * costs["forward"]   # two directions: below the one-direction floor
+# the floor holds for every one-direction order here, on every device
+assert all(orders[s].idle(d) >= (p - 1) * costs["forward"] for s in ("1f1b", "zb_h1", "zb_h2") for d in range(p))
 # at the lesson's costs ZB-H2 idles exactly the floor on every device: the whole gap to the
 # paper's post-validated figure is the synchronisation this simulator keeps
 assert all(orders["zb_h2"].idle(d) == (p - 1) * costs["forward"] for d in range(p)) and zb_h2_published < (p - 1) * costs["forward"]
 for r in h2_grid:
-    assert r["ZB-H2 idle"] >= r["floor (p−1)F"], r
+    assert r["ZB-H2 idle"] >= r["floor (p−1)F"] and r["ZB-H1 idle"] >= r["floor (p−1)F"], r
     assert (r["ZB-H2 idle"] < r["ZB-H1 idle"]) == (r["ZB-H1 idle"] > r["floor (p−1)F"]), r
 
 # %% [markdown]

@@ -414,7 +414,7 @@ if SCALE != "ci":   # the claim's demonstration: at default and gpu scale the ru
 # %% [markdown]
 # **Claim 6.** A distributed run resumes exactly too, after one of its ranks dies.
 # `course_utils.distributed.train` is a complete training script for `torchrun` (DDP or FSDP2 by
-# `--strategy`; gloo on CPUs, NCCL on GPUs; a `DistributedSampler` with `set_epoch`). Every
+# `--strategy`, DDP below; gloo on CPUs, NCCL on GPUs; a `DistributedSampler` with `set_epoch`). Every
 # `--checkpoint-every` steps, each rank writes its part of the model and AdamW state with
 # `torch.distributed.checkpoint` and its own RNG state, schedule and data position to
 # `rank{r}.pt`; the folder becomes the newest checkpoint only once every rank has written:

@@ -157,7 +157,9 @@ assert len({r.resident_bytes for r in simclr.values()}) == 1  # the state does n
 
 # %%
 fitting = [b for b, r in simclr.items() if needs_bytes(r) <= MARGIN * GPU_BYTES]
-per_gpu = max(fitting) if fitting else smallest
+if not fitting:
+    raise RuntimeError(f"no per-GPU batch of {sorted(simclr)} fits {MARGIN:.0%} of the device: add smaller batches")
+per_gpu = max(fitting)
 simclr_gpus = largest // per_gpu
 with fake_world(max(simclr_gpus, 2)) as mesh, fake_mode():
     ddp = ssl_ledger("simclr", per_gpu, image_size=cfg.image_size, ddp=True)
@@ -173,6 +175,9 @@ show_table([{"collective": k, **v} for k, v in {**ddp.comm, **{f"negatives {k}":
 
 # %%
 # NBVAL_CHECK_OUTPUT
+# the plan: the largest per-GPU batch within the margin, every larger one over it
+assert needs_bytes(simclr[per_gpu]) <= MARGIN * GPU_BYTES
+assert all(needs_bytes(simclr[b]) > MARGIN * GPU_BYTES for b in simclr if b > per_gpu)
 assert abs(ddp.comm_bytes / (2 * (ddp.world_size - 1) / ddp.world_size * ddp.grad_bytes) - 1) < 1e-6   # ring all-reduce of fp32 grads
 assert negatives_share < 0.1
 assert negatives_kept_share < 0.05   # the per-GPU rows may leave the gathered loss out
@@ -188,13 +193,14 @@ assert negatives_kept_share < 0.05   # the per-GPU rows may leave the gathered l
 # key encoder's parameters are the ones without gradients:
 
 # %%
+MOCO_BATCH, MOCO_GPUS, MOCO_QUEUE = 256, 8, 65536   # MoCo v2's configuration (He et al. 2020, Chen et al. 2020)
 with fake_mode():
-    moco = ssl_ledger("moco", 256 // 8, image_size=cfg.image_size, queue_size=65536)
+    moco = ssl_ledger("moco", MOCO_BATCH // MOCO_GPUS, image_size=cfg.image_size, queue_size=MOCO_QUEUE)
 key_encoder_bytes = moco.param_bytes - moco.grad_bytes   # parameters that get no gradient
 moco_parts = {"queue (cache)": moco.cache_bytes, "key encoder copy": key_encoder_bytes,
               "query encoder": moco.grad_bytes, "kept for backward": moco.activation_bytes}
 show_table([{"MoCo v2 per GPU": k, "MB": v / 1e6} for k, v in moco_parts.items()])
-print(f"65,536 negatives cost {moco.cache_bytes / 1e6:.1f} MB of queue, "
+print(f"{MOCO_QUEUE:,} negatives cost {moco.cache_bytes / 1e6:.1f} MB of queue, "
       f"{moco.cache_bytes / key_encoder_bytes:.0%} of the key encoder copy and "
       f"{moco.cache_bytes / moco.activation_bytes:.1%} of what backward keeps")
 
@@ -395,7 +401,7 @@ assert eager.flops == gpt["fsdp", n0, "none"].flops - cfg.gpt_layers * 2 * GPT_7
 if cfg.paper:   # at 32 layers: DDP's replicated state alone overflows; FSDP2 fits at both sizes
     assert all(gpt["ddp", n, r].resident_bytes > MARGIN * GPU_BYTES for n in cfg.ranks for r in ("none", "full"))
     assert all(needs_gpt("fsdp", gpt["fsdp", n, r]) <= MARGIN * GPU_BYTES for n in cfg.ranks for r in ("none", "full"))
-    assert needs_gpt("fsdp", eager) > MARGIN * GPU_BYTES   # the same step with eager attention does not
+    assert needs_gpt("fsdp", eager) > GPU_BYTES   # the same step with eager attention overflows the device itself
 # eager attention keeps the a·s² probabilities per layer, 6 bytes each (fp32 softmax output and the
 # bf16 copy the next matmul saves), where the fused kernel keeps its output (2sh) and log-sum-exp (4as)
 heads, seq = GPT_7B["heads"], GPT_7B["seq"]
@@ -647,14 +653,15 @@ if cfg.paper:   # the reported times imply MFUs that real runs reach, SimCLR's t
 
 # %% [markdown]
 # Both implied MFUs lie between 5% and 60%, SimCLR's below LLaMA's: a plausibility check, wide on
-# purpose, since the reported times include everything a run does. Our assumed 40% is within a
+# purpose, since the reported times include everything a run does. Our assumed MFU (`MFU`) is within a
 # factor of two of LLaMA's implied MFU, which is the same statement as our GPU-hour estimate being
 # within a factor of two of the reported one (the two ratios are equal; both checked above). *Why*
 # SimCLR's run used less of its peak — small convolutions, BatchNorm, the input pipeline — is a
 # question about kernels, which the ledger cannot answer (§6).
 #
 # The same arithmetic on a real step, here: the ledger's FLOPs of a small TinyGPT step over its
-# measured time, against this machine's matmul peak (`peak_flops`, a large matmul timed once):
+# measured time, against this machine's matmul peak (`peak_flops`: the best of several timings
+# of one large matmul, timed again if a step ever beats it):
 
 # %%
 toy = recompute_tradeoff(2, 128, 4, 256, 64, 4, modes=("none",), repeats=3, device=device)[0]  # step and peak on one device
@@ -669,7 +676,7 @@ assert 0 < here["mfu"] < 1   # a sanity check: no step beats the large-matmul pe
 
 # %% [markdown]
 # The toy step reaches the fraction of the matmul peak printed above. The peak is one large
-# matmul timed once on this machine, so the fraction says how much of this CPU's best matmul
+# matmul timed on this machine, so the fraction says how much of this CPU's best matmul
 # speed a small step keeps (its small matrices and the dispatch between ops cost it some); a
 # number to set beside the papers' implied MFUs, not a property of the model.
 #

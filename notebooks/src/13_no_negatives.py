@@ -61,7 +61,7 @@ cfg = config(
             crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
             collapse_steps=10, collapse_every=5, budget_steps=10, seeds=(0, 1, 2),
             train_limit=512, probe_train=256, probe_test=256, stats_images=64,
-            dataset="shapes", claims=False, verdicts=None),
+            dataset="shapes", claims=False, verdicts=None, recheck_kept_arm=True),
     default=dict(image_size=16, width=16, blocks=(1, 1, 1), batch=64, dim=64, queue=1024,
                  lr=2e-3, weight_decay=0.05, temperature=0.2,
                  crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
@@ -69,15 +69,15 @@ cfg = config(
                  train_limit=5000, probe_train=2000, probe_test=1000, stats_images=512,
                  dataset="shapes", claims=True,
                  verdicts={"SimSiam vs floor": None, "SimCLR vs SimSiam": not_reversed("SimCLR > SimSiam"),
-                           "MoCo vs SimSiam": None, "uniformity": None}),
+                           "MoCo vs SimSiam": None, "uniformity": None}, recheck_kept_arm=False),
     # gpu: a half-width CIFAR ResNet-18, as lessons 02 and 03, sized by tools/gpu_budget.py to
-    # about 14 minutes on a T4 (the collapse arms from every seed, 200 steps each)
+    # about 13 minutes on a T4 (the two cut arms from every seed, 200 steps each)
     gpu=dict(image_size=32, width=32, blocks=(2, 2, 2, 2), batch=256, dim=128, queue=16384,
              lr=2e-3, weight_decay=0.05, temperature=0.2,
              crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False,
              collapse_steps=200, collapse_every=25, budget_steps=400, seeds=(0, 1, 2),
              train_limit=None, probe_train=10000, probe_test=10000, stats_images=1024,
-             dataset="cifar10", claims=False, verdicts=None),
+             dataset="cifar10", claims=False, verdicts=None, recheck_kept_arm=False),
 )
 device = setup(SCALE, seed=cfg.seed)
 train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=device,
@@ -251,6 +251,7 @@ assert 0.6 < flops_vs_simclr["MoCo"] < 0.75, "one backward over B + a key forwar
 # identity: SimSiam's extra weights are the predictor and the output BatchNorm's scale and shift
 assert params["SimSiam"] - params["SimCLR"] == predictor_params + 2 * cfg.dim
 assert abs(cos_prediction) < 0.1, "a random predictor's output is unrelated to the target"
+assert abs(loss.item()) < 0.1, "so the loss, minus the mean of both directions' cosines, starts near 0"
 
 # %% [markdown]
 # **No N×N similarity matrix.** Both steps encode 2B views and keep about the same encoder
@@ -309,7 +310,9 @@ assert share_of_step < 0.05, "at this batch the matrix is a small part of what t
 # without the predictor (p = z, stop-gradient kept); the three arms from each of `cfg.seeds`
 # (the plots show the first seed, the claims are asserted on every seed). Every `collapse_every` steps we read the
 # projections z of the same held-out views (single reads are noisy, so the claims use the mean
-# over the last third of the run):
+# over the last third of the run). Collapse is a state, not a difference in means: each seed's
+# three arms are judged on their own against fixed marks (a constant's effective rank is 1, its
+# std 0), every seed has to meet them, and no paired interval is needed:
 #
 # - **std**: the mean over dimensions of the standard deviation of the L2-normalised z (Chen & He
 #   §4.1): 0 when every image maps to one vector, about 1/√d when they spread evenly
@@ -332,6 +335,7 @@ ARMS = {"SimSiam": dict(), "no stop-gradient": dict(stop_gradient=False),
 budget_flops = cfg.budget_steps * records["SimCLR"].flops
 budget_steps = {name: max(1, round(budget_flops / records[name].flops)) for name in OBJECTIVES}
 assert budget_steps["SimSiam"] >= cfg.collapse_steps, "SimSiam as designed is read off its budget run"
+assert cfg.collapse_steps % cfg.collapse_every == 0, "the cut arms' last read (at the end) is a read the kept arm has"
 
 
 def collapse_run(job):
@@ -378,6 +382,9 @@ evidence_runs = map_runs(evidence_run, [("budget", name, s) for name in by_steps
 collapse_by_seed = {(arm, s): evidence_runs["collapse", arm, s] for arm in ARMS if arm != "SimSiam" for s in cfg.seeds}
 collapse_by_seed |= {("SimSiam", s): evidence_runs["budget", "SimSiam", s]["first steps"] for s in cfg.seeds}
 collapse_runs = {arm: collapse_by_seed[arm, cfg.seed] for arm in ARMS}   # the plots: seed cfg.seed
+if cfg.recheck_kept_arm:   # at ci, where it costs seconds: the kept arm trained on its own is the same run
+    alone = map_runs(collapse_run, [("SimSiam", cfg.seed)], device=device, desc="kept arm alone")   # one thread, as the others
+    assert alone["SimSiam", cfg.seed] == collapse_runs["SimSiam"], "the kept arm is the budget run's start"
 
 fig, axes = plt.subplots(1, 3, figsize=(15, 3.2))
 for arm, run in collapse_runs.items():
@@ -441,7 +448,7 @@ if cfg.claims:
         assert cut_s["loss"] < -0.9 and kept_s["loss"] > -0.8, (s, cut_s, kept_s)
         assert kept_s["effective_rank"] > 2 and kept_s["std"] > 0.5 / math.sqrt(cfg.dim), (s, kept_s)
         assert flat_s["effective_rank"] < 1.2 and flat_s["loss"] < -0.9, (s, flat_s)
-        assert kept_s["effective_rank"] < cfg.dim / 4, ("the kept run's partial collapse: a few directions of d", s)
+        assert kept_s["effective_rank"] < cfg.dim / 8, ("the kept run's partial collapse: a few directions of d", s)
 
 # %% [markdown]
 # ### Claim 2: at one budget, SimSiam beside SimCLR and MoCo
@@ -571,7 +578,7 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   optimizer). A quarter of the way SimSiam is the only one of the four objectives
 #   that the seeds place below the goal on shapes (the others above it or not resolved; printed
 #   and asserted; the rows differ in optimizer, in steps, since each objective's budget is what
-#   the time bought it (MAE's about twice the others', printed), and MAE in architecture and floor,
+#   the time bought it (MAE's the most, printed), and MAE in architecture and floor,
 #   so this places SimSiam's start beside the others', it does not rank recipes). The benchmark's
 #   earlier full runs had a budget of core-seconds instead, and their machines bought different
 #   numbers of steps in it (printed as fractions of today's budget): the run whose SimSiam row met
@@ -610,26 +617,26 @@ ssl = committed_result("ssl_quality")
 if ssl is None:
     print("benchmarks/results/ssl_quality.json is not here (the kit runs without its repository)")
 else:
-    config = ssl["config"]
-    goal = config["goal_gain_points"]
+    bench_config = ssl["config"]
+    goal = bench_config["goal_gain_points"]
     below, above = f"+{goal} goal > gain", f"gain > +{goal} goal"
     steps = lambda row: {s: r["steps"] for s, r in row["seeds"].items()}  # noqa: E731
     gains = lambda row: ", ".join(f"{r['linear_gain_points']:+.1f}" for r in row["seeds"].values())  # noqa: E731
     # Scale: the committed run's SimSiam on shapes, probed a quarter and half of the way and at the end
     shapes = ssl["datasets"]["shapes"]
     committed = shapes["simsiam"]
-    budget_steps = config["step_budget"]["shapes"]["simsiam"]
-    quarter_fraction, half_fraction = config["checkpoint_fractions"]
-    assert (quarter_fraction, half_fraction) == (0.25, 0.5), config["checkpoint_fractions"]
-    print(f"the benchmark: {budget_steps:,} SimSiam steps on shapes at batch {config['batch']} (what "
-          f"{config['train_core_seconds']:g} core-seconds bought on the calibrating machine); its goal: +{goal} "
+    bench_steps = bench_config["step_budget"]["shapes"]["simsiam"]
+    quarter_fraction, half_fraction = bench_config["checkpoint_fractions"]
+    assert (quarter_fraction, half_fraction) == (0.25, 0.5), bench_config["checkpoint_fractions"]
+    print(f"the benchmark: {bench_steps:,} SimSiam steps on shapes at batch {bench_config['batch']} (what "
+          f"{bench_config['train_core_seconds']:g} core-seconds bought on the calibrating machine); its goal: +{goal} "
           f"points; {len(committed['seeds'])} seeds")
     for point in committed["by_checkpoint"]:
         low, high = point["gain_interval_points"]
         print(f"  after {point['steps']:>6,} steps: {point['linear_gain_points']:+.1f} points "
               f"[{low:+.1f}, {high:+.1f}]: {point['goal_verdict']}")
     low, high = committed["gain_interval_points"]
-    print(f"  after {budget_steps:>6,} steps: {committed['linear_gain_points']:+.1f} points "
+    print(f"  after {bench_steps:>6,} steps: {committed['linear_gain_points']:+.1f} points "
           f"[{low:+.1f}, {high:+.1f}]: {committed['goal_verdict']}")
     # each seed's gain a quarter of the way (0), half way (1) and at the end (2)
     gain_at = lambda name, i: {s: (r["curve"][i] if i < len(r["curve"]) else r)["linear_gain_points"]  # noqa: E731
@@ -646,7 +653,7 @@ else:
     for where, comparison in zip(("a quarter of the way", "half way", "at the end"), versus_simclr):
         print(f"{where}: " + comparison.describe(1, " points"))
     # claim: SimCLR ahead in the mean at all three points, and the end not SimSiam's
-    assert all(c.mean > 0 for c in versus_simclr) and versus_simclr[-1].verdict != "SimSiam > SimCLR", \
+    assert all(c.mean > 0 for c in versus_simclr) and versus_simclr[-1].holds(not_reversed("SimCLR > SimSiam")), \
         [c.describe(1) for c in versus_simclr]
     # claims: below the goal a quarter of the way, above it half way and at the end, every seed's end above its quarter
     assert at_quarter["simsiam"] == below and committed["by_checkpoint"][1]["goal_verdict"] == above \
@@ -657,7 +664,7 @@ else:
     earlier = []
     for run in ssl["superseded_runs"]:
         row = run["datasets"]["shapes"]["simsiam"]
-        fractions = sorted(n / budget_steps for n in steps(row).values())
+        fractions = sorted(n / bench_steps for n in steps(row).values())
         earlier.append((row["goal_verdict"], fractions))
         print(f"an earlier run, {run['config']['train_core_seconds']:g} core-seconds on its machine: "
               f"{fractions[0]:.2f}-{fractions[-1]:.2f} of today's steps; SimSiam on shapes: {row['goal_verdict']}")

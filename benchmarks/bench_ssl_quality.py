@@ -100,7 +100,6 @@ costs). Half way, that row was not resolved, and a quarter of the way below the 
 """
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from pathlib import Path
@@ -116,7 +115,7 @@ from course_utils.evaluate import probe_encoder
 from course_utils.models import ProjectionHead, SmallResNet, ViT
 from course_utils.objectives import MAE, MoCo, SimCLR, SimSiam, make_step
 from course_utils.runtime import core_seconds, describe_device, map_runs
-from course_utils.train import TrainState, fit
+from course_utils.train import Callback, TrainState, fit
 
 IMAGE_SIZE, BATCH, GOAL_POINTS = 16, 128, 15
 SEEDS = (0, 1, 2)   # MIN_SEEDS of course_utils.compare: fewer could not resolve a verdict
@@ -261,14 +260,25 @@ def _build(name: str, augment, seed: int):
     return model, make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(seed))
 
 
+class _StopAfterCoreSeconds(Callback):
+    """Stops ``fit`` once ``seconds`` core-seconds have passed since ``start``."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.start = seconds, core_seconds()
+
+    def on_step_end(self, state: TrainState) -> None:
+        state.stop = core_seconds() - self.start >= self.seconds
+
+
 def calibrate(seconds: float = 20.0, warmup: int = 10) -> dict:
     """The step budget, measured on this machine: per dataset and objective, the steps that
     TARGET_CORE_SECONDS buy at torch's thread count (2 for the goal: an idle 2-core machine),
-    from seed 0's steps in ``seconds`` core-seconds after ``warmup`` untimed steps. Measure it on
-    an idle machine: a neighbour's load makes waiting threads spin, which adds core-seconds and
-    lowers the budget. -> {"step_budget": {dataset: {objective: steps}}, "steps_per_core_second":
-    ..., and what the machine was}."""
+    from seed 0's steps in ``seconds`` core-seconds after ``warmup`` untimed steps, through the
+    loop the runs train with (``train.fit``). Measure it on an idle machine: a neighbour's load
+    makes waiting threads spin, which adds core-seconds and lowers the budget. -> {"step_budget":
+    {dataset: {objective: steps}}, "steps_per_core_second": ..., and what the machine was}."""
     checks.positive_float(seconds, "seconds", hint="core-seconds per objective to time")
+    checks.positive_int(warmup, "warmup")
     load_before = os.getloadavg()
     rates = {}
     for dataset, recipe in AUGMENT.items():
@@ -277,15 +287,11 @@ def calibrate(seconds: float = 20.0, warmup: int = 10) -> dict:
         rates[dataset] = {}
         for name in tqdm(OBJECTIVES, desc=f"calibrating on {dataset}", leave=False):
             _, step = _build(name, augment, 0)
-            batches = itertools.chain.from_iterable(
-                train.batches(BATCH, seed=0, with_ids=True)(epoch) for epoch in itertools.count())
-            for _ in range(warmup):
-                step(next(batches))
-            done, start = 0, core_seconds()
-            while core_seconds() - start < seconds:
-                step(next(batches))
-                done += 1
-            rates[dataset][name] = done / (core_seconds() - start)
+            batches, state = train.batches(BATCH, seed=0, with_ids=True), TrainState()
+            fit(step, batches, steps=warmup, state=state, progress=False)
+            timer = _StopAfterCoreSeconds(seconds)
+            fit(step, batches, steps=2**62, state=state, callbacks=[timer], progress=False)
+            rates[dataset][name] = (state.step - warmup) / (core_seconds() - timer.start)
     machine = describe_device()
     return {"step_budget": {d: {n: round(TARGET_CORE_SECONDS * r) for n, r in by_name.items()}
                             for d, by_name in rates.items()},

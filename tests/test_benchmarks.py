@@ -55,6 +55,20 @@ def test_gpu_preset_script_without_cuda_says_what_to_do(capsys):
     assert "--smoke" in capsys.readouterr().err
 
 
+def test_ssl_calibration_times_the_training_loop_and_budgets_what_the_time_bought(monkeypatch):
+    """calibrate: per objective, the steps ``fit`` made in the timed core-seconds after the warm-up,
+    scaled to TARGET_CORE_SECONDS (one dataset and two objectives here, a fraction of a second each)."""
+    bench = load("bench_ssl_quality")
+    monkeypatch.setattr(bench, "AUGMENT", {"shapes": bench.AUGMENT["shapes"]})
+    monkeypatch.setattr(bench, "OBJECTIVES", ("simclr", "mae"))
+    got = bench.calibrate(seconds=0.3, warmup=2)
+    rates = got["steps_per_core_second"]["shapes"]
+    assert set(rates) == {"simclr", "mae"} and all(r > 0 for r in rates.values())
+    assert got["step_budget"]["shapes"] == {n: round(bench.TARGET_CORE_SECONDS * r) for n, r in rates.items()}
+    with pytest.raises(ValueError, match="warmup"):
+        bench.calibrate(seconds=0.3, warmup=0)
+
+
 def test_ssl_quality_benchmark_reports_every_objective_on_both_datasets():
     """Every row is its seeds' mean gain over the same seed's untouched random init, and meets the
     goal only where the kit's one rule (course_utils.compare) resolves it above +15."""

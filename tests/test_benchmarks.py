@@ -219,7 +219,8 @@ def test_ssl_quality_rerun_replaces_only_its_rows_and_needs_the_same_floors(monk
         kept = stored["datasets"][dataset]
         rows = {"random_init": {f: {int(s): {**v, "linear": v["linear"] + shift["floors"]}
                                     for s, v in by_seed.items()}
-                                for f, by_seed in kept["random_init"].items()}}
+                                for f, by_seed in kept["random_init"].items()
+                                if f in {SSL_FAMILY[n] for n in objectives}}}   # as quality_on probes
         for name in objectives:
             per_seed = {}
             for s in seeds:

@@ -96,16 +96,19 @@ class Callback:
 
 
 class EvalEvery(Callback):
-    """Every ``every`` steps (and at the end), call ``evaluate()`` -> dict and record it."""
+    """Every ``every`` steps (and at the end), call ``evaluate()`` -> dict and record it; with
+    ``until``, at no step after it (the end included)."""
     _state_keys = ("_last",)
 
-    def __init__(self, every: int, evaluate, *, at_end: bool = True):
+    def __init__(self, every: int, evaluate, *, at_end: bool = True, until: int | None = None):
         checks.positive_int(every, "every")
-        self.every, self.evaluate, self.at_end = every, evaluate, at_end
+        if until is not None:
+            checks.positive_int(until, "until")
+        self.every, self.evaluate, self.at_end, self.until = every, evaluate, at_end, until
         self._last = None
 
     def _run(self, state):
-        if self._last == state.step:
+        if self._last == state.step or (self.until is not None and state.step > self.until):
             return
         result = self.evaluate()
         if not isinstance(result, dict):

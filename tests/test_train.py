@@ -61,6 +61,15 @@ def test_eval_and_early_stopping():
     assert hist.as_dict()["eval_acc"] == [0.5, 0.6, 0.55, 0.58, 0.59]
 
 
+def test_evaluations_stop_after_until_the_end_included():
+    w, step, batches = make_problem()
+    hist = fit(step, batches, steps=10, callbacks=[EvalEvery(3, lambda: {"w0": w[0].item()}, until=6)],
+               progress=False)
+    assert [e["step"] for e in hist.evals] == [3, 6]
+    with pytest.raises(ValueError, match="until"):
+        EvalEvery(3, lambda: {}, until=0)
+
+
 def test_bad_arguments():
     w, step, batches = make_problem()
     with pytest.raises(ValueError, match="steps="):

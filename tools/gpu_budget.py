@@ -288,10 +288,9 @@ def work_13(p) -> list[Work]:
     step = step_flops(build, p["batch"], augment=augment)
     image = forward_flops(SmallResNet(width=p["width"], blocks=blocks))
     seeds = len(p["seeds"])
-    # every collapse_every steps and at the end (EvalEvery) per cut arm; SimSiam's budget run every
-    # collapse_every steps (the kept arm is its first collapse_steps); one read per budget run
-    reads = (2 * seeds * -(-p["collapse_steps"] // p["collapse_every"])
-             + seeds * (p["budget_steps"] // p["collapse_every"]) + 3 * seeds)
+    # every collapse_every steps and at the end (EvalEvery) per arm (the kept arm: the first
+    # collapse_steps of SimSiam's budget run); one read per budget run
+    reads = 3 * seeds * -(-p["collapse_steps"] // p["collapse_every"]) + 3 * seeds
     return [Work("collapse arms: no stop-gradient, no predictor, per seed (cfg.collapse_steps each; "
                  "the kept arm is the SimSiam budget run's start)", 2 * seeds * p["collapse_steps"], step),
             Work("matched budget: 3 objectives x cfg.seeds, the FLOPs of cfg.budget_steps steps each",

@@ -65,7 +65,7 @@ cfg = config(
     default=dict(image_size=16, width=16, blocks=(1, 1, 1), batch=64, dim=64, queue=1024,
                  lr=2e-3, weight_decay=0.05, temperature=0.2,
                  crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True,
-                 collapse_steps=300, collapse_every=20, budget_steps=800, seeds=(0, 1, 2),
+                 collapse_steps=240, collapse_every=20, budget_steps=800, seeds=(0, 1, 2),
                  train_limit=5000, probe_train=2000, probe_test=1000, stats_images=512,
                  dataset="shapes", claims=True,
                  verdicts={"SimSiam vs floor": None, "SimCLR vs SimSiam": not_reversed("SimCLR > SimSiam"),
@@ -357,13 +357,14 @@ def budget_run(job):
     if name == "floor":
         return probe_encoder(build("SimSiam", seed)[0].encoder, probe_train, test)["linear"]
     model, _, step = build(name, seed)
-    reads = [EvalEvery(cfg.collapse_every, lambda: diagnostics(model), at_end=False)] if name == "SimSiam" else []
+    reads = [EvalEvery(cfg.collapse_every, lambda: diagnostics(model), at_end=False, until=cfg.collapse_steps)
+             ] if name == "SimSiam" else []
     history = fit(step, train.batches(cfg.batch, seed=seed, with_ids=True), steps=budget_steps[name],
                   callbacks=reads, progress=False)
     run = {"steps": budget_steps[name], "linear": probe_encoder(model.encoder, probe_train, test)["linear"],
            **diagnostics(model)}
     if name == "SimSiam":
-        run["first steps"] = {"evals": [e for e in history.evals if e["step"] <= cfg.collapse_steps],
+        run["first steps"] = {"evals": history.evals,
                               "loss": history.series("loss")[:cfg.collapse_steps]}
     return run
 

@@ -181,11 +181,14 @@ assert all(needs_bytes(simclr[b]) > MARGIN * GPU_BYTES for b in simclr if b > pe
 assert abs(ddp.comm_bytes / (2 * (ddp.world_size - 1) / ddp.world_size * ddp.grad_bytes) - 1) < 1e-6   # ring all-reduce of fp32 grads
 assert negatives_share < 0.1
 assert negatives_kept_share < 0.05   # the per-GPU rows may leave the gathered loss out
+# what makes batch 4096 expensive on one device: backward's kept bytes, several times the resident state
+assert simclr[largest].activation_bytes > 5 * simclr[largest].resident_bytes
 
 # %% [markdown]
 # The gathered negatives are cheap on the wire (under a tenth of DDP's bytes, checked above): the
 # all-gather moves B×128 embeddings per view per rank, against the gradients of every parameter.
-# What makes batch 4096 expensive is what backward keeps.
+# What makes batch 4096 expensive is what backward keeps (on one device, several times the
+# resident state: checked above).
 #
 # ### MoCo v2: batch 256 on 8 GPUs, K = 65,536
 #

@@ -390,8 +390,9 @@ def run(quick: bool = False, seeds=SEEDS, step_budget: dict | None = None,
 def rerun(stored: dict, objectives: tuple[str, ...], why: str) -> dict:
     """``stored`` (the committed full run) with the rows of ``objectives`` trained and probed
     again under its own config (seeds, budget), for a change of those rows' recipe. Refused
-    unless every random-init floor measured now equals the stored one (the same initial weights
-    and probe: the rows kept and the rows rerun are judged against the same floors). The reruns
+    unless the random-init floors of those objectives' families, measured now, equal the stored
+    ones (the same initial weights and probe: the rows kept and the rows rerun are judged against
+    the same floors). The reruns
     are listed in ``rows_rerun``."""
     config = _full_run_config(stored, "rerun rows")
     unknown = set(objectives) - set(OBJECTIVES)

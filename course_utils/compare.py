@@ -114,17 +114,27 @@ class Comparison:
         return NOT_RESOLVED
 
     def holds(self, accepted: tuple[str, ...]) -> bool:
-        """Whether the verdict is one of ``accepted``, a claim's verdicts: ``(c.direction,)`` or
-        ``not_reversed(c.direction)`` (see the module docstring). A bare string is refused (``in``
-        on a string would test for a substring), and so is a claim that accepts only "not
-        resolved": a tie is printed, never asserted."""
+        """Whether this comparison bears out a claim: ``accepted`` is the claim's verdicts,
+        ``(c.direction,)`` or ``not_reversed(c.direction)`` (see the module docstring). A "not
+        resolved" bears out ``not_reversed`` only with its mean on the claimed direction's side.
+        Refused: a bare string (``in`` on a string would test for a substring), a direction this
+        comparison's names cannot take, and a claim that accepts only "not resolved" (a tie is
+        printed, never asserted)."""
         if isinstance(accepted, str) or not isinstance(accepted, (tuple, list, frozenset, set)):
             raise TypeError(f"accepted is a tuple of verdicts, e.g. ({accepted!r},) or "
                             f"not_reversed(...), got {accepted!r}")
-        if not accepted or set(accepted) == {NOT_RESOLVED}:
+        directions = set(accepted) - {NOT_RESOLVED}
+        if not directions:
             raise ValueError(f"a claim accepts at least one direction, got {tuple(accepted)!r}: "
                              "a 'not resolved' is printed, never asserted")
-        return self.verdict in accepted
+        reverse = f"{self.names[1]} > {self.names[0]}"
+        if not directions <= {self.direction, reverse}:
+            raise ValueError(f"{sorted(directions - {self.direction, reverse})} is not a direction of "
+                             f"this comparison: {self.direction!r} or {reverse!r}")
+        if self.verdict != NOT_RESOLVED:
+            return self.verdict in accepted
+        leans = self.direction if self.mean > 0 else reverse if self.mean < 0 else None
+        return NOT_RESOLVED in accepted and leans in directions
 
     def describe(self, scale: float = 1.0, unit: str = "", digits: int = 1) -> str:
         """One line: the mean difference, its 95% interval, the seeds, the verdict and, for a

@@ -58,15 +58,43 @@ def test_gpu_preset_script_without_cuda_says_what_to_do(capsys):
 def test_ssl_calibration_times_the_training_loop_and_budgets_what_the_time_bought(monkeypatch):
     """calibrate: per objective, the steps ``fit`` made in the timed core-seconds after the warm-up,
     scaled to TARGET_CORE_SECONDS (one dataset and two objectives here, a fraction of a second each)."""
+    import itertools
     bench = load("bench_ssl_quality")
     monkeypatch.setattr(bench, "AUGMENT", {"shapes": bench.AUGMENT["shapes"]})
     monkeypatch.setattr(bench, "OBJECTIVES", ("simclr", "mae"))
-    got = bench.calibrate(seconds=0.3, warmup=2)
-    rates = got["steps_per_core_second"]["shapes"]
-    assert set(rates) == {"simclr", "mae"} and all(r > 0 for r in rates.values())
-    assert got["step_budget"]["shapes"] == {n: round(bench.TARGET_CORE_SECONDS * r) for n, r in rates.items()}
+    steps = []
+    real_build = bench._build
+
+    def counted_build(name, augment, seed):   # counts the steps each objective takes
+        model, step = real_build(name, augment, seed)
+        return model, lambda batch: (steps.append(name), step(batch))[1]
+    monkeypatch.setattr(bench, "_build", counted_build)
+    # a clock that moves a quarter core-second per reading: the timer reads it once at its start
+    # and once per step, calibrate once more at the end, so 1 core-second buys exactly 4 timed
+    # steps over 5 readings' worth of time (1.25), whatever this machine's speed
+    ticks = itertools.count()
+    monkeypatch.setattr(bench, "core_seconds", lambda: next(ticks) * 0.25)
+    got = bench.calibrate(seconds=1.0, warmup=2)
+    assert steps == ["simclr"] * (2 + 4) + ["mae"] * (2 + 4)   # the warm-up is not timed
+    assert got["steps_per_core_second"]["shapes"] == {"simclr": 4 / 1.25, "mae": 4 / 1.25}
+    assert got["step_budget"]["shapes"] == {n: round(bench.TARGET_CORE_SECONDS * 3.2) for n in ("simclr", "mae")}
     with pytest.raises(ValueError, match="warmup"):
-        bench.calibrate(seconds=0.3, warmup=0)
+        bench.calibrate(seconds=1.0, warmup=0)
+
+
+def test_ssl_quality_probes_the_floors_of_the_objectives_families_only(monkeypatch):
+    """quality_on for MAE alone probes the ViT floors, not the ResNets' (a rerun or replication of
+    one objective has no use for the other family's)."""
+    bench = load("bench_ssl_quality")
+    families = []
+    real_encoder = bench._encoder
+    monkeypatch.setattr(bench, "_encoder", lambda family, seed: (families.append(family), real_encoder(family, seed))[1])
+    monkeypatch.setattr(bench, "probe_encoder", lambda encoder, train, test: {"linear": 0.25, "knn": 0.25})
+    monkeypatch.setattr(bench, "map_runs", lambda fn, keys, desc=None: {
+        key: {"steps": 1, "linear": 0.5, "knn": 0.5, "train_cpu_seconds": 1.0, "curve": []} for key in keys})
+    rows = bench.quality_on("shapes", {"mae": 1}, True, (0, 1, 2), ("mae",))
+    assert set(families) == {"vit"} and set(rows["random_init"]) == {"vit"}
+    assert rows["mae"]["linear_gain_points"] == pytest.approx(25.0)
 
 
 def test_ssl_quality_benchmark_reports_every_objective_on_both_datasets():

@@ -100,6 +100,13 @@ def test_a_claim_is_checked_against_a_tuple_of_verdicts_never_a_substring_or_a_t
     for bad in ((NOT_RESOLVED,), ()):
         with pytest.raises(ValueError, match="never asserted"):
             tie.holds(bad)
+    with pytest.raises(ValueError, match="not a direction"):
+        wins.holds(("B > D",))
+    # a tie bears out "not reversed" only leaning the claimed way (tie's mean is +0.17)
+    assert not tie.holds(not_reversed("C > B"))
+    leaning_back = compare_paired([1.0, -1.0, -0.5], [0.0] * 3, names=("B", "C"))
+    assert leaning_back.verdict == NOT_RESOLVED and not leaning_back.holds(not_reversed("B > C"))
+    assert leaning_back.holds(not_reversed("C > B"))
 
 
 def test_what_one_runs_room_says_about_another_draw_of_seeds():

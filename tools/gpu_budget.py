@@ -252,9 +252,10 @@ def work_05(p) -> list[Work]:
     from course_utils.models import SmallResNet
     image = forward_flops(SmallResNet(width=p["width"]))
     alloc = sum(p["alloc_budgets_flops"]) * len(p["alloc_widths"]) * len(p["alloc_seeds"])
-    # the fresh seeds: at most three compared widths at each of the smallest and largest budgets
+    # the fresh seeds: at each of the smallest and largest budgets, both end budgets' best widths
+    # and their grid neighbours and the two extreme widths, at most six, at most every width
     ends = min(p["alloc_budgets_flops"]) + max(p["alloc_budgets_flops"])
-    alloc += ends * min(3, len(p["alloc_widths"])) * len(p["alloc_test_seeds"])
+    alloc += ends * min(6, len(p["alloc_widths"])) * len(p["alloc_test_seeds"])
     return [Work("matched-budget runs: 5 objectives x cfg.seeds to max(cfg.budgets_gflops)", runs,
                  max(p["budgets_gflops"]) * 1e9),
             Work("probes: 5 objectives x cfg.seeds x (random init + each budget)",
@@ -288,8 +289,8 @@ def work_13(p) -> list[Work]:
     step = step_flops(build, p["batch"], augment=augment)
     image = forward_flops(SmallResNet(width=p["width"], blocks=blocks))
     seeds = len(p["seeds"])
-    # every collapse_every steps and at the end (EvalEvery) per arm (the kept arm: the first
-    # collapse_steps of SimSiam's budget run); one read per budget run
+    # every collapse_every steps per arm (the cut arms' last read is their end; the kept arm's are
+    # the first collapse_steps of SimSiam's budget run); one read at the end of each budget run
     reads = 3 * seeds * -(-p["collapse_steps"] // p["collapse_every"]) + 3 * seeds
     return [Work("collapse arms: no stop-gradient, no predictor, per seed (cfg.collapse_steps each; "
                  "the kept arm is the SimSiam budget run's start)", 2 * seeds * p["collapse_steps"], step),

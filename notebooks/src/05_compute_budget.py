@@ -791,12 +791,13 @@ optimum_vs_neighbours = {(c, h, w): loss_comparison(c, w, h)
                          for c, h in ((smallest, best_hidden[0]), (largest, best_hidden[-1])) for w in neighbours(h)}
 for (c, h, w), comparison in optimum_vs_neighbours.items():
     print(f"best width {h} at C={c:.1e} against its neighbour {w}: {comparison.describe(digits=3)}")
-# the widths the fresh seeds do not place behind each end's best: the best, and each neighbour not
-# resolved worse than it (a tie, or a neighbour that wins). Which of them the validation draw picks
-# is luck, so every claim below must hold for each of them
-contenders = {c: [h] + [w for w in neighbours(h) if optimum_vs_neighbours[(c, h, w)].verdict
-                        != optimum_vs_neighbours[(c, h, w)].direction]
-              for c, h in ((smallest, best_hidden[0]), (largest, best_hidden[-1]))}
+# which widths each end budget's optimum may be: every width trained there on the fresh seeds
+# that they do not place behind another width trained there (a tie with the best, or the best).
+# Which of them a draw of seeds picks is luck, so every claim below must hold for each of them
+widths_at = {c: sorted(h for cc, h in compared if cc == c) for c in (smallest, largest)}
+contenders = {c: [w for w in hs if not any(loss_comparison(c, w, v).verdict == loss_comparison(c, w, v).direction
+                                               for v in hs if v != w)]
+              for c, hs in widths_at.items()}
 print("the widths each end budget's optimum may be: "
       + "; ".join(f"C={c:.1e}: {', '.join(map(str, hs))}" for c, hs in contenders.items()))
 claim_points = {}
@@ -835,9 +836,9 @@ if cfg.alloc_check:
 # stream of examples, so the difference is taken seed by seed and decided by its interval). As C
 # grows, the best width (by the mean over `alloc_seeds` of a second held-out draw, the validation
 # draw) moves right (asserted: it is larger at the largest budget than at the smallest, and at each
-# of those two budgets its best width beats the other's, paired). A grid neighbour that the fresh
-# seeds do not place behind an end's best width could have been picked by another draw of seeds,
-# so each such neighbour counts as that budget's optimum too (the "widths each end budget's
+# of those two budgets its best width beats the other's, paired). A width that the fresh seeds do
+# not place behind any other width trained at an end budget could have been picked by another
+# draw of seeds, so each such width counts as that budget's optimum (the "widths each end budget's
 # optimum may be", printed): every claim is asserted for each of them. The widths are chosen on
 # `alloc_seeds` and every comparison is decided on `alloc_test_seeds`, fresh initialisations and
 # example streams trained again for the compared points only: the seeds whose luck picked a width
@@ -851,9 +852,9 @@ if cfg.alloc_check:
 # rule for one run, `course_utils.compare`; the preset records it); two claims that name the same
 # comparison (the small-C optimum can be the narrowest width) are printed once, as one. Where
 # exactly the optimum lies is another matter: each end's best width against its grid neighbours
-# is printed, not claimed, and a neighbour that is not resolved means the optimum is known only to
-# within that grid step (which is why such a neighbour joins the claims above). Between neighbouring budgets it may stay on the same point of this
-# coarse grid. How the data at the best width moves is not
+# is printed, and a width the fresh seeds do not place behind another means the optimum is known
+# only to within that grid step (which is why every such width is a contender above). Between
+# neighbouring budgets it may stay on the same point of this coarse grid. How the data at the best width moves is not
 # resolved here: one step of the width grid multiplies N by about as much as one budget step
 # multiplies C, so the best point can move along a line of nearly constant data — the fresh
 # examples the best student sees are printed above. What grows with C here is the model; whether

@@ -435,8 +435,9 @@ if peak is not None:
 # plot shows three settings of GPT-2 small on a T4.
 
 # %%
-# the two counts for one GPT-2 small layer at sequence 1024, batch 8, eager attention (an identity
-# of the formulas: 34·sbh + 5·as²b against 36·sbh + 6·as²b + 16·sb, smaller at every shape)
+# the two counts for one GPT-2 small layer at sequence 1024, batch 8, eager attention: 34·sbh +
+# 5·as²b against 36·sbh + 6·as²b + 16·sb, smaller term by term and so at every shape (an identity
+# of the formulas; the assert checks the two functions at this one shape)
 layer_shape = dict(seq=1024, batch=8, hidden=small["hidden"], heads=small["heads"])
 megatron_layer = memory.korthikanti_layer_activation_bytes(**layer_shape)
 autocast_layer = memory.tinygpt_layer_activation_bytes(**layer_shape, autocast="cuda")

@@ -67,6 +67,20 @@ def test_course_runner_runs_two_lessons_at_once_with_a_thread_each(tmp_path, mon
     assert '"01_one"' in times and '"02_two"' in times, "the next run schedules the longest first"
 
 
+def test_times_of_one_lesson_at_a_time_never_mix_with_the_courses(monkeypatch, tmp_path):
+    """On 2 cores `make course` runs two lessons at a time: those times are the ones recorded;
+    a --jobs 1 run (each lesson with every core) writes its own file. On a GPU one at a time is
+    the course's way."""
+    monkeypatch.setattr(run_course, "BUILD", tmp_path)
+    monkeypatch.setattr(run_course, "usable_cores", lambda: 2)
+    assert run_course.times_file("default", 2) == tmp_path / "times-default.json"
+    assert run_course.times_file("default", 1) == tmp_path / "alone-times-default.json"
+    assert run_course.times_file("gpu", 1) == tmp_path / "times-gpu.json"
+    run_course.record_times([{"name": "02_simclr", "seconds": 239.04}], "default", 1)
+    assert not (tmp_path / "times-default.json").exists()
+    assert '"02_simclr": 239.0' in (tmp_path / "alone-times-default.json").read_text()
+
+
 def test_a_cell_ending_in_headline_shows_the_figures_once(capsys):
     """headline returns nothing: Jupyter would otherwise echo its dict under the printed table."""
     from course_utils.report import headline

@@ -129,11 +129,21 @@ def committed_times(scale: str) -> dict:
     return committed if isinstance(committed, dict) else {}
 
 
-def record_times(results: list[dict], scale: str) -> None:
-    """build/times-SCALE.json: each lesson's latest time (the next run starts the longest first)."""
-    times_file = BUILD / f"times-{scale}.json"
-    times = {**course_site.read_json_dict(times_file), **{r["name"]: round(r["seconds"], 1) for r in results}}
-    times_file.write_text(json.dumps(times, indent=1, sort_keys=True))
+def times_file(scale: str, jobs: int) -> Path:
+    """Where a run's lesson times go: build/times-SCALE.json for the course as `make course` runs
+    it (``default_jobs``: two lessons at a time on a 2-core machine, one on a GPU), which the next
+    run orders by and ``tools/gpu_budget.py --record`` stores; build/alone-times-SCALE.json for any
+    other number at a time (``--jobs 1`` on that machine gives each lesson every core), so that the
+    two kinds of time never mix in one file."""
+    as_the_course_runs = jobs == default_jobs(scale, 2)
+    return BUILD / (f"times-{scale}.json" if as_the_course_runs else f"alone-times-{scale}.json")
+
+
+def record_times(results: list[dict], scale: str, jobs: int) -> None:
+    """Each lesson's latest time, in ``times_file(scale, jobs)``."""
+    path = times_file(scale, jobs)
+    times = {**course_site.read_json_dict(path), **{r["name"]: round(r["seconds"], 1) for r in results}}
+    path.write_text(json.dumps(times, indent=1, sort_keys=True))
 
 
 def run(scale: str, only: list[str], jobs: int | None = None) -> int:
@@ -148,7 +158,7 @@ def run(scale: str, only: list[str], jobs: int | None = None) -> int:
         report(result, BUILD / f"{result['name']}.ipynb")
         results.append(result)
         results.sort(key=lambda r: r["name"])
-        record_times(results, scale)
+        record_times(results, scale, jobs)
         try:   # the site is a view of the run: a failure to draw it must not stop the lessons
             course_site.build_site(BUILD, errors={r["name"]: r["error"] for r in results if r["error"]},
                                    export=[result["name"]])

@@ -94,6 +94,11 @@ class Comparison:
         return f"{self.names[0]} > {self.names[1]}"
 
     @property
+    def _reverse(self) -> str:
+        """The verdict that says the second arm wins."""
+        return f"{self.names[1]} > {self.names[0]}"
+
+    @property
     def room(self) -> float:
         """How far the interval's nearer edge stands from zero, in half-widths: 1 when the mean is
         two half-widths from zero, 0 when the edge touches zero, negative when it straddles it
@@ -110,7 +115,7 @@ class Comparison:
         if low > 0:
             return self.direction
         if high < 0:
-            return f"{self.names[1]} > {self.names[0]}"
+            return self._reverse
         return NOT_RESOLVED
 
     def holds(self, accepted: tuple[str, ...]) -> bool:
@@ -127,7 +132,7 @@ class Comparison:
         if not directions:
             raise ValueError(f"a claim accepts at least one direction, got {tuple(accepted)!r}: "
                              "a 'not resolved' is printed, never asserted")
-        reverse = f"{self.names[1]} > {self.names[0]}"
+        reverse = self._reverse
         if not directions <= {self.direction, reverse}:
             raise ValueError(f"{sorted(directions - {self.direction, reverse})} is not a direction of "
                              f"this comparison: {self.direction!r} or {reverse!r}")

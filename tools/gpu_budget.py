@@ -253,9 +253,9 @@ def work_05(p) -> list[Work]:
     image = forward_flops(SmallResNet(width=p["width"]))
     alloc = sum(p["alloc_budgets_flops"]) * len(p["alloc_widths"]) * len(p["alloc_seeds"])
     # the fresh seeds: at each of the smallest and largest budgets, both end budgets' best widths
-    # and their grid neighbours and the two extreme widths, at most six, at most every width
+    # with their grid neighbours (up to 3 + 3) and one extreme width: at most 7, at most every width
     ends = min(p["alloc_budgets_flops"]) + max(p["alloc_budgets_flops"])
-    alloc += ends * min(6, len(p["alloc_widths"])) * len(p["alloc_test_seeds"])
+    alloc += ends * min(7, len(p["alloc_widths"])) * len(p["alloc_test_seeds"])
     return [Work("matched-budget runs: 5 objectives x cfg.seeds to max(cfg.budgets_gflops)", runs,
                  max(p["budgets_gflops"]) * 1e9),
             Work("probes: 5 objectives x cfg.seeds x (random init + each budget)",

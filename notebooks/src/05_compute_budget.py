@@ -794,10 +794,14 @@ for (c, h, w), comparison in optimum_vs_neighbours.items():
 # which widths each end budget's optimum may be: every width trained there on the fresh seeds
 # that they do not place behind another width trained there (a tie with the best, or the best).
 # Which of them a draw of seeds picks is luck, so every claim below must hold for each of them
+def behind(c, w, v):
+    """Whether the fresh seeds place width w behind width v at budget c (its loss resolved higher)."""
+    comparison = loss_comparison(c, w, v)
+    return comparison.verdict == comparison.direction
+
+
 widths_at = {c: sorted(h for cc, h in compared if cc == c) for c in (smallest, largest)}
-contenders = {c: [w for w in hs if not any(loss_comparison(c, w, v).verdict == loss_comparison(c, w, v).direction
-                                               for v in hs if v != w)]
-              for c, hs in widths_at.items()}
+contenders = {c: [w for w in hs if not any(behind(c, w, v) for v in hs if v != w)] for c, hs in widths_at.items()}
 print("the widths each end budget's optimum may be: "
       + "; ".join(f"C={c:.1e}: {', '.join(map(str, hs))}" for c, hs in contenders.items()))
 claim_points = {}

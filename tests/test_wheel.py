@@ -29,10 +29,13 @@ LESSONS = ["00_tour", "01_resource_ledger"]
 RUN_LESSONS = '''
 import sys, nbformat
 from nbclient import NotebookClient
+sys.path.insert(0, sys.argv.pop(1))   # the repository's tools/ (kernel_client), not course_utils
+from kernel_client import CLIENT_OPTIONS
 for path in sys.argv[1:]:
     nb = nbformat.read(path, as_version=4)
     try:
         NotebookClient(nb, timeout=600, kernel_name="python3",
+                       **CLIENT_OPTIONS,
                        resources={"metadata": {"path": "."}}).execute()
     finally:
         nbformat.write(nb, path)
@@ -95,7 +98,7 @@ def install_and_run(wheel: Path, tmp: Path) -> dict:
     env = _outside_env()
     env.update(COURSE_SCALE="ci", MPLBACKEND="Agg")
     try:
-        _run([str(py), "-c", RUN_LESSONS, *[f"{n}.ipynb" for n in LESSONS]], cwd=work, env=env,
+        _run([str(py), "-c", RUN_LESSONS, str(ROOT / "tools"), *[f"{n}.ipynb" for n in LESSONS]], cwd=work, env=env,
              timeout=900)
     finally:
         for p in [package, *package.rglob("*")]:  # let the folder be cleaned up

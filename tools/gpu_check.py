@@ -262,6 +262,7 @@ def check_lessons(scale: str, out_dir: Path, deadline: float, lessons=LESSONS,
     lost between client and kernel (seen once in the smoke run): a ci-scale cell that takes
     minutes is stalled, not slow. A second timeout fails the lesson."""
     import papermill as pm
+    from kernel_client import CLIENT_OPTIONS
     rows = [{"lesson": p, "scale": scale, "status": "skipped", "why": NOT_SELECTED}
             for p in LESSONS if p not in lessons]
     for prefix in lessons:
@@ -286,7 +287,8 @@ def check_lessons(scale: str, out_dir: Path, deadline: float, lessons=LESSONS,
             try:
                 pm.execute_notebook(str(source), str(out_dir / nb.name), parameters={"SCALE": scale},
                                     cwd=str(nb.parent), kernel_name="python3", progress_bar=False,
-                                    execution_timeout=timeout)
+                                    execution_timeout=timeout,
+                                    **CLIENT_OPTIONS)
                 row["status"] = "ok"
             except Exception as err:  # noqa: BLE001
                 if _cell_timed_out(err) and time.monotonic() >= deadline - 5:

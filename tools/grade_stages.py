@@ -215,7 +215,9 @@ def execute(submission: str, names_json: str, out_fd: str, assignment: str = "")
         return
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
+    from kernel_client import CLIENT_OPTIONS  # no cell limit here: see kernel_client
     client = NotebookClient(nb, timeout=None, allow_errors=True, kernel_name="python3",
+                            **CLIENT_OPTIONS,
                             resources={"metadata": {"path": os.getcwd()}})
     exporter = nbformat.v4.new_code_cell(
         f"import sys as _gs; _gs.path.insert(0, {str(Path(__file__).parent)!r})\n"

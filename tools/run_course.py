@@ -36,6 +36,7 @@ from course_utils.report import readable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import course_site  # noqa: E402
+from kernel_client import CLIENT_OPTIONS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build"
@@ -69,7 +70,8 @@ def execute(nb: Path, out: Path, scale: str, progress_bar: bool = True) -> dict:
     error = None
     try:
         pm.execute_notebook(str(nb), str(out), parameters={"SCALE": scale}, cwd=str(nb.parent),
-                            kernel_name="python3", progress_bar=progress_bar, config=kernel_config())
+                            kernel_name="python3", progress_bar=progress_bar, config=kernel_config(),
+                            **CLIENT_OPTIONS)
     except pm.PapermillExecutionError as err:
         first = next((l for l in err.source.splitlines() if l.strip()), "")
         error = (f"cell {lesson_cell_index(out, err.cell_index)} of notebooks/{nb.name} "

@@ -1,0 +1,84 @@
+"""tools/kernel_client.py: a wait for a kernel message made of one-second polls reads a message
+whose wake-up the first poll missed within a slice (one long poll would sleep to its deadline),
+gives up at the same deadline as one long poll, and is what the kit's notebook runs use."""
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+from queue import Empty
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from kernel_client import CLIENT_OPTIONS, SlicedPollChannel, wait_in_slices  # noqa: E402
+
+
+class MissedWakeUp:
+    """A socket poll whose message is there from the start, but whose first poll misses the
+    wake-up: it sleeps its whole timeout and reports nothing (what nbclient#312 looks like)."""
+
+    def __init__(self):
+        self.polls = []
+
+    async def __call__(self, timeout):
+        self.polls.append(timeout)
+        if len(self.polls) == 1:
+            await asyncio.sleep(timeout)
+            raise Empty
+        return {"msg": "reply"}
+
+
+def test_a_missed_wake_up_costs_one_slice_not_the_deadline():
+    poll = MissedWakeUp()
+    start = time.monotonic()
+    got = asyncio.run(wait_in_slices(poll, timeout=30.0, slice_seconds=0.05))
+    assert got == {"msg": "reply"}
+    assert time.monotonic() - start < 5, "the second poll, a slice later, reads the message"
+    assert poll.polls[0] == pytest.approx(0.05)
+    poll = MissedWakeUp()
+    start = time.monotonic()
+    assert asyncio.run(wait_in_slices(poll, timeout=None, slice_seconds=0.05)) == {"msg": "reply"}
+    assert time.monotonic() - start < 5, "no time limit (grading) is no longer 'forever'"
+
+
+def test_no_message_gives_up_at_the_deadline():
+    async def nothing(timeout):
+        await asyncio.sleep(timeout)
+        raise Empty
+    start = time.monotonic()
+    with pytest.raises(Empty):
+        asyncio.run(wait_in_slices(nothing, timeout=0.3, slice_seconds=0.05))
+    assert 0.3 <= time.monotonic() - start < 3
+    with pytest.raises(Empty):  # timeout 0: one poll that does not wait, as before
+        asyncio.run(wait_in_slices(nothing, timeout=0, slice_seconds=0.05))
+
+
+def test_notebooks_run_on_the_sliced_channels(tmp_path):
+    """A real kernel through nbclient with the kit's options: its shell and iopub channels are
+    the sliced ones, a widget cell (what lesson 01 shows) and the cell after it run, and the
+    kernel is gone when the client is done."""
+    from nbclient import NotebookClient
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import ipywidgets\nipywidgets.IntSlider(3)"),
+        nbformat.v4.new_code_cell("print(6 * 7)")])
+    client = NotebookClient(nb, timeout=60, kernel_name="python3", **CLIENT_OPTIONS,
+                            resources={"metadata": {"path": str(tmp_path)}})
+    with client.setup_kernel():
+        assert isinstance(client.kc.shell_channel, SlicedPollChannel)
+        assert isinstance(client.kc.iopub_channel, SlicedPollChannel)
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)
+        kernel = client.km.provisioner.process
+    assert nb.cells[1].outputs[0]["text"] == "42\n"
+    assert kernel.poll() is not None, "the kernel outlived its notebook"
+
+
+@pytest.mark.parametrize("tool", ["grade_stages.py", "run_course.py", "gpu_check.py"])
+def test_the_kits_notebook_runs_use_it(tool):
+    """Every place the kit executes a notebook (grading a submission, make course, gpu_check)
+    passes the options (the tests' own runs: tests/kernel_run.py and test_wheel.py)."""
+    assert "**CLIENT_OPTIONS" in (ROOT / "tools" / tool).read_text()

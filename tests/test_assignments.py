@@ -30,6 +30,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 sys.path.insert(0, str(ROOT / "tools"))
 import assign  # noqa: E402  (imports otter: slow, once per session)
 import grade  # noqa: E402
+import sandbox  # noqa: E402
 import background  # noqa: E402
 from notebook_rules import SAMPLE, first_question_cell, load, source  # noqa: E402
 
@@ -81,9 +82,10 @@ def grade_notebook(notebook: Path, zip_path: Path):
 def start_in_background(tmp: Path):
     """Build each graded lesson's assignment now (otter assign changes the working directory: the
     main thread's job); return the function that grades its reference solutions and its untouched
-    student notebook, one submission at a time (tests/background.py)."""
+    student notebook, one submission at a time, with one scorer per lesson as grade_folder shares
+    one (tests/background.py)."""
     results: dict = {}
-    jobs = []
+    lessons = []
     for name in GRADED:
         try:
             folder = assign.assign(ROOT / "notebooks" / f"{name}.ipynb", tmp / name,
@@ -91,18 +93,28 @@ def start_in_background(tmp: Path):
         except Exception as err:  # reported by the tests, one lesson at a time
             results[(name, "assign")] = err
             continue
-        zip_path = folder / f"{name}-autograder.zip"
-        jobs.append(((name, "reference"), folder / "autograder" / f"{name}.ipynb", zip_path))
-        jobs.append(((name, "blank"), folder / "student" / f"{name}.ipynb", zip_path))
+        lessons.append((name, folder))
 
     def grade_all() -> dict:
-        for key, notebook, zip_path in jobs:
-            keep = tmp / "graded" / f"{key[0]}_{key[1]}"
+        for name, folder in lessons:
+            zip_path = folder / f"{name}-autograder.zip"
             try:
-                results[key] = (grade.run_one(notebook, zip_path, timeout=GRADE_TIMEOUT,
-                                              scale="ci", keep=keep), keep)
+                scorer = grade.Scorer(grade.TrustedLesson.lay_out(zip_path, tmp / "trusted" / name),
+                                      scale="ci", limits=sandbox.Limits())
             except Exception as err:
-                results[key] = err
+                results[(name, "reference")] = results[(name, "blank")] = err
+                continue
+            try:
+                for kind, edition in (("reference", "autograder"), ("blank", "student")):
+                    keep = tmp / "graded" / f"{name}_{kind}"
+                    try:
+                        results[(name, kind)] = (grade.run_one(
+                            folder / edition / f"{name}.ipynb", zip_path, timeout=GRADE_TIMEOUT,
+                            scale="ci", keep=keep, scorer=scorer), keep)
+                    except Exception as err:
+                        results[(name, kind)] = err
+            finally:
+                scorer.close()
         return results
 
     return grade_all

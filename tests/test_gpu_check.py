@@ -83,12 +83,12 @@ def test_every_lesson_is_checked_what_has_not_passed_on_a_gpu_first():
     assert all(order.index(p) > order.index(q) for p in passed for q in order if q not in passed), order
 
 
-SMOKE = ["--smoke", "--lessons", "06", "--workers", "hello_all_reduce"]
+SMOKE = ["--smoke", "--lessons", "00", "--workers", "hello_all_reduce"]
 
 
 def start_in_background(tmp: Path):
     """The smoke run `make test` makes of the check, in the background lane (tests/background.py):
-    every section at toy size on the CPU (gloo, 2 ranks), one lesson (06 at ci; nbval runs all 13
+    every section at toy size on the CPU (gloo, 2 ranks), one lesson (00 at ci, the quickest; nbval runs all 13
     under the placement check)."""
     def smoke() -> dict:
         out = tmp / "smoke.json"
@@ -106,21 +106,31 @@ def smoke(request) -> dict:
     return background.result(request, start_in_background, "gpu_check")
 
 
+def cifar10_on_disk() -> bool:
+    from course_utils.data import DatasetUnavailableError, load_dataset
+    try:
+        load_dataset("cifar10", "train", download=False, limit=16)
+        return True
+    except DatasetUnavailableError:
+        return False
+
+
 def test_smoke_walks_every_section_and_never_reports_a_skip_as_a_pass(smoke):
     assert smoke["returncode"] == 0, smoke["stdout"][-2000:] + smoke["stderr"][-3000:]
     report = smoke["report"]
     assert set(report["results"]) == set(gpu_check.SECTIONS) and report["finished"] is True
     rows = {name: row for _, name, row in gpu_check._rows(report)}
     assert rows["workers:course_utils.experiments.data_parallel:hello_all_reduce"]["world_size"] == 2
-    lesson = rows["lessons:06_training_memory"]
+    lesson = rows["lessons:00_tour"]
     assert lesson["status"] == "ok" and lesson["seconds"] > 0
     # the appended cell ran in the lesson's kernel and wrote its CUDA peak: none on a CPU
     assert "max_memory_allocated_bytes" in lesson and lesson["max_memory_allocated_bytes"] is None
-    assert lesson["stand_ins"] == []          # 06 loads no image dataset
+    # 00 asks for CIFAR-10, which the check replaces by the embedded shapes where it is not on disk
+    assert lesson["stand_ins"] == ([] if cifar10_on_disk() else ["cifar10/train -> shapes"])
     assert rows["script:script"]["status"] == "ok" and rows["benchmark:benchmark"]["status"] == "ok"
     # the lessons not selected are skipped, with why, and counted as such
     skipped = report["skipped"]
-    assert {f"lessons:{p}" for p in gpu_check.LESSONS if p != "06"} <= set(skipped)
+    assert {f"lessons:{p}" for p in gpu_check.LESSONS if p != "00"} <= set(skipped)
     assert skipped["lessons:02"] == gpu_check.NOT_SELECTED
     assert all(why for why in skipped.values())
     assert report["counts"]["skipped"] == len(skipped) and report["complete"] is False

@@ -14,6 +14,7 @@ import background
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import gpu_check  # noqa: E402
+from kernel_client import SlicedPollKernelManager  # noqa: E402
 
 
 def test_workers_are_discovered_not_listed_by_hand():
@@ -88,7 +89,7 @@ SMOKE = ["--smoke", "--lessons", "00", "--workers", "hello_all_reduce"]
 
 def start_in_background(tmp: Path):
     """The smoke run `make test` makes of the check, in the background lane (tests/background.py):
-    every section at toy size on the CPU (gloo, 2 ranks), one lesson (00 at ci, the quickest; nbval runs all 13
+    every section at toy size on the CPU (gloo, 2 ranks), one lesson (00 at ci, among the quickest; nbval runs all 14
     under the placement check)."""
     def smoke() -> dict:
         out = tmp / "smoke.json"
@@ -106,15 +107,6 @@ def smoke(request) -> dict:
     return background.result(request, start_in_background, "gpu_check")
 
 
-def cifar10_on_disk() -> bool:
-    from course_utils.data import DatasetUnavailableError, load_dataset
-    try:
-        load_dataset("cifar10", "train", download=False, limit=16)
-        return True
-    except DatasetUnavailableError:
-        return False
-
-
 def test_smoke_walks_every_section_and_never_reports_a_skip_as_a_pass(smoke):
     assert smoke["returncode"] == 0, smoke["stdout"][-2000:] + smoke["stderr"][-3000:]
     report = smoke["report"]
@@ -126,7 +118,8 @@ def test_smoke_walks_every_section_and_never_reports_a_skip_as_a_pass(smoke):
     # the appended cell ran in the lesson's kernel and wrote its CUDA peak: none on a CPU
     assert "max_memory_allocated_bytes" in lesson and lesson["max_memory_allocated_bytes"] is None
     # 00 asks for CIFAR-10, which the check replaces by the embedded shapes where it is not on disk
-    assert lesson["stand_ins"] == ([] if cifar10_on_disk() else ["cifar10/train -> shapes"])
+    from course_utils.data import load_dataset
+    assert lesson["stand_ins"] == ([] if _cifar_on_disk(load_dataset) else ["cifar10/train -> shapes"])
     assert rows["script:script"]["status"] == "ok" and rows["benchmark:benchmark"]["status"] == "ok"
     # the lessons not selected are skipped, with why, and counted as such
     skipped = report["skipped"]
@@ -227,6 +220,7 @@ def test_a_lesson_stopped_by_the_budget_is_unfinished_not_failed(tmp_path, monke
 
     def stalls_once(*args, **kwargs):
         calls.append(kwargs["execution_timeout"])
+        assert kwargs["kernel_manager_class"] is SlicedPollKernelManager   # tools/kernel_client.py
         if len(calls) == 1:
             raise CellTimeoutError("A cell timed out while it was being executed")
 

@@ -3,6 +3,7 @@ whose wake-up the first poll missed within a slice (one long poll would sleep to
 gives up at the same deadline as one long poll, and is what the kit's notebook runs use."""
 from __future__ import annotations
 
+import ast
 import asyncio
 import sys
 import time
@@ -14,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+import kernel_client  # noqa: E402
 from kernel_client import CLIENT_OPTIONS, SlicedPollChannel, wait_in_slices  # noqa: E402
 
 
@@ -46,21 +48,41 @@ def test_a_missed_wake_up_costs_one_slice_not_the_deadline():
 
 
 def test_no_message_gives_up_at_the_deadline():
+    polls = []
+
     async def nothing(timeout):
+        polls.append(timeout)
         await asyncio.sleep(timeout)
         raise Empty
     start = time.monotonic()
     with pytest.raises(Empty):
         asyncio.run(wait_in_slices(nothing, timeout=0.3, slice_seconds=0.05))
     assert 0.3 <= time.monotonic() - start < 3
+    polls.clear()
     with pytest.raises(Empty):  # timeout 0: one poll that does not wait, as before
         asyncio.run(wait_in_slices(nothing, timeout=0, slice_seconds=0.05))
+    assert polls == [0]
+
+
+def test_the_channel_polls_in_slices(monkeypatch):
+    """SlicedPollChannel.get_msg hands jupyter_client's get_msg one slice at a time (a channel
+    that passed the caller's timeout on would be one long poll again)."""
+    from jupyter_client.channels import AsyncZMQSocketChannel
+    poll, asked = MissedWakeUp(), []
+
+    def one_poll(self, timeout=None):   # records what it was asked for, sleeps only briefly
+        asked.append(timeout)
+        return poll(0.01)
+    monkeypatch.setattr(AsyncZMQSocketChannel, "get_msg", one_poll)
+    channel = object.__new__(SlicedPollChannel)
+    assert asyncio.run(channel.get_msg(timeout=None)) == {"msg": "reply"}
+    assert asyncio.run(channel.get_msg(timeout=600)) == {"msg": "reply"}
+    assert asked == [kernel_client.POLL_SECONDS] * 3   # the missed poll, its retry, the next wait
 
 
 def test_notebooks_run_on_the_sliced_channels(tmp_path):
     """A real kernel through nbclient with the kit's options: its shell and iopub channels are
-    the sliced ones, a widget cell (what lesson 01 shows) and the cell after it run, and the
-    kernel is gone when the client is done."""
+    the sliced ones, and a widget cell (what lesson 01 shows) and the cell after it run."""
     from nbclient import NotebookClient
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("import ipywidgets\nipywidgets.IntSlider(3)"),
@@ -72,13 +94,21 @@ def test_notebooks_run_on_the_sliced_channels(tmp_path):
         assert isinstance(client.kc.iopub_channel, SlicedPollChannel)
         for index, cell in enumerate(nb.cells):
             client.execute_cell(cell, index)
-        kernel = client.km.provisioner.process
     assert nb.cells[1].outputs[0]["text"] == "42\n"
-    assert kernel.poll() is not None, "the kernel outlived its notebook"
 
 
-@pytest.mark.parametrize("tool", ["grade_stages.py", "run_course.py", "gpu_check.py"])
-def test_the_kits_notebook_runs_use_it(tool):
-    """Every place the kit executes a notebook (grading a submission, make course, gpu_check)
-    passes the options (the tests' own runs: tests/kernel_run.py and test_wheel.py)."""
-    assert "**CLIENT_OPTIONS" in (ROOT / "tools" / tool).read_text()
+def _passes_client_options(path: Path) -> list[str]:
+    """The calls in ``path`` (NotebookClient(...), execute_notebook(...)) given **CLIENT_OPTIONS."""
+    calls = [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)]
+    return [ast.unparse(c.func) for c in calls
+            if any(k.arg is None and ast.unparse(k.value) == "CLIENT_OPTIONS" for k in c.keywords)]
+
+
+@pytest.mark.parametrize("path, call", [
+    ("tools/grade_stages.py", "NotebookClient"), ("tools/run_course.py", "pm.execute_notebook"),
+    ("tools/gpu_check.py", "pm.execute_notebook"), ("tests/kernel_run.py", "NotebookClient")])
+def test_the_kits_notebook_runs_use_it(path, call):
+    """Every place the kit executes a notebook (grading a submission, make course, gpu_check, the
+    student-edition tests) passes the options to the call that runs it (tests/test_wheel.py's
+    runs do too, in a script of their own)."""
+    assert _passes_client_options(ROOT / path) == [call]

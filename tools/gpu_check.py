@@ -7,7 +7,7 @@ no network), with a JSON report.
     python tools/gpu_check.py --dry-run       # anywhere: list what would run, write the plan
     python tools/gpu_check.py --smoke         # on a CPU: the same code paths at toy size (gloo)
     python tools/gpu_check.py --only lessons --lesson-scale ci   # every lesson's GPU path, ci-sized
-    python tools/gpu_check.py --smoke --lessons 10 --workers hello   # what `make test` runs
+    python tools/gpu_check.py --smoke --lessons 00 --workers hello_all_reduce   # what `make test` runs
 
 Sections:
 - ``workers``:   every distributed worker in ``course_utils.experiments`` (found by signature:

@@ -97,6 +97,27 @@ def test_notebooks_run_on_the_sliced_channels(tmp_path):
     assert nb.cells[1].outputs[0]["text"] == "42\n"
 
 
+def test_interact_cells_do_not_stall(tmp_path):
+    """ipywidgets.interact cells, the kind that stalled: with nbclient's own kernel client, on
+    this machine with both cores busy, 5 of the first 42 such cells waited exactly their 20 s
+    limit before their reply was read (2026-12-07); through the kit's options, 180 of them and
+    the cells between ran with none over 2 s. Here 30, each well within its limit (with nbclient's
+    own client and both cores busy, this test failed: a cell waited its whole limit)."""
+    from nbclient import NotebookClient
+    cell = nbformat.v4.new_code_cell("ipywidgets.interact(lambda x: x, x=4)")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import ipywidgets"), cell])
+    client = NotebookClient(nb, timeout=60, kernel_name="python3", **CLIENT_OPTIONS,
+                            resources={"metadata": {"path": str(tmp_path)}})
+    slowest = 0.0
+    with client.setup_kernel():
+        client.execute_cell(nb.cells[0], 0)
+        for _ in range(30):
+            start = time.monotonic()
+            client.execute_cell(cell, 1)
+            slowest = max(slowest, time.monotonic() - start)
+    assert slowest < 10, f"an interact cell took {slowest:.1f} s: a missed wake-up?"
+
+
 def _passes_client_options(path: Path) -> list[str]:
     """The calls in ``path`` (NotebookClient(...), execute_notebook(...)) given **CLIENT_OPTIONS."""
     calls = [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)]

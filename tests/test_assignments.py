@@ -30,7 +30,6 @@ FIXTURES = ROOT / "tests" / "fixtures"
 sys.path.insert(0, str(ROOT / "tools"))
 import assign  # noqa: E402  (imports otter: slow, once per session)
 import grade  # noqa: E402
-import sandbox  # noqa: E402
 import background  # noqa: E402
 from notebook_rules import SAMPLE, first_question_cell, load, source  # noqa: E402
 
@@ -99,22 +98,18 @@ def start_in_background(tmp: Path):
         for name, folder in lessons:
             zip_path = folder / f"{name}-autograder.zip"
             try:
-                scorer = grade.Scorer(grade.TrustedLesson.lay_out(zip_path, tmp / "trusted" / name),
-                                      scale="ci", limits=sandbox.Limits())
-            except Exception as err:
-                results[(name, "reference")] = results[(name, "blank")] = err
-                continue
-            try:
-                for kind, edition in (("reference", "autograder"), ("blank", "student")):
-                    keep = tmp / "graded" / f"{name}_{kind}"
-                    try:
-                        results[(name, kind)] = (grade.run_one(
-                            folder / edition / f"{name}.ipynb", zip_path, timeout=GRADE_TIMEOUT,
-                            scale="ci", keep=keep, scorer=scorer), keep)
-                    except Exception as err:
-                        results[(name, kind)] = err
-            finally:
-                scorer.close()
+                with grade.scorer_for(zip_path, scale="ci") as scorer:
+                    for kind, edition in (("reference", "autograder"), ("blank", "student")):
+                        keep = tmp / "graded" / f"{name}_{kind}"
+                        try:
+                            results[(name, kind)] = (grade.run_one(
+                                folder / edition / f"{name}.ipynb", zip_path, timeout=GRADE_TIMEOUT,
+                                scale="ci", keep=keep, scorer=scorer), keep)
+                        except Exception as err:
+                            results[(name, kind)] = err
+            except Exception as err:  # the scorer did not start (or stop): what it left ungraded
+                for kind in ("reference", "blank"):
+                    results.setdefault((name, kind), err)
         return results
 
     return grade_all

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -409,6 +410,19 @@ class _Collect(threading.Thread):
             os.close(self.fd)
 
 
+@contextlib.contextmanager
+def scorer_for(autograder: Path, *, scale: str, limits: sandbox.Limits = sandbox.Limits()):
+    """A Scorer of its own for ``autograder``'s lesson (laid out in a temporary folder), closed on
+    leaving: for grading one submission, or a few in a row, outside ``grade_folder``."""
+    with tempfile.TemporaryDirectory(prefix="grade_lesson_") as folder:
+        scorer = Scorer(TrustedLesson.lay_out(Path(autograder), Path(folder) / "trusted"),
+                        scale=scale, limits=limits)
+        try:
+            yield scorer
+        finally:
+            scorer.close()
+
+
 def run_one(submission: Path, autograder: Path, *, timeout: float, scale: str,
             keep: Path | None = None, limits: sandbox.Limits = sandbox.Limits(),
             student: str | None = None, points: dict[str, float] | None = None,
@@ -417,21 +431,16 @@ def run_one(submission: Path, autograder: Path, *, timeout: float, scale: str,
     scores (question -> (score, points) for the zip's questions), feedback and raw results.
     ``student`` (default: the ID the file name stands for) is the ID the exercise variants are
     drawn for. ``scorer``: a running stage 2 for this zip (grade_folder shares one per worker);
-    by default one is started for this submission alone. Raises nothing for a bad submission:
+    by default one is started for this submission alone (``scorer_for``). Raises nothing for a bad submission:
     that is an ``error`` result (a failure of the grader's own, such as a scorer that died,
     raises; grade_folder makes it that submission's ``error`` row)."""
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     points = questions(Path(autograder)) if points is None else points
     if scorer is None:
-        with tempfile.TemporaryDirectory(prefix="grade_lesson_") as folder:
-            own = Scorer(TrustedLesson.lay_out(Path(autograder), Path(folder) / "trusted"),
-                         scale=scale, limits=limits)
-            try:
-                return run_one(submission, autograder, timeout=timeout, scale=scale, keep=keep,
-                               limits=limits, student=student, points=points, scorer=own)
-            finally:
-                own.close()
+        with scorer_for(autograder, scale=scale, limits=limits) as own:
+            return run_one(submission, autograder, timeout=timeout, scale=scale, keep=keep,
+                           limits=limits, student=student, points=points, scorer=own)
     if scorer.scale != scale:
         raise ValueError(f"the scorer grades at scale {scorer.scale!r}, not {scale!r}")
     try:

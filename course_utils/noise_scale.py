@@ -19,7 +19,8 @@ its cross-entropy case, ``probe_during_training`` the loop that measures it alon
 
     S = S_min (1 + B_noise / B),  E = E_min (1 + B / B_noise),  i.e. (S/S_min − 1)(E/E_min − 1) = 1
 
-with B_crit = E_min / S_min; ``fit_steps_examples`` fits it to measured (B, S) pairs.
+with B_crit = E_min / S_min; ``steps_to_target`` and ``fewest_steps`` (over a grid of learning rates)
+measure S, ``fit_steps_examples`` fits the model to measured (B, S) pairs.
 """
 from __future__ import annotations
 
@@ -183,6 +184,34 @@ def steps_to_target(step: Callable, batches, loss_now: Callable[[], float], *, t
             if done >= max_steps:
                 return None
         epoch += 1
+
+
+def fewest_steps(steps_with: Callable[[float, int], int | None], lrs, *, max_steps: int,
+                 start: float | None = None) -> tuple[int | None, float | None]:
+    """(S, lr): the fewest updates to the target over the learning rates ``lrs`` and the LR that
+    needs them (a tie goes to the smaller LR), or (None, None) if no LR gets there within
+    ``max_steps``. ``steps_with(lr, limit)`` trains one run (``steps_to_target`` with
+    ``max_steps=limit``): its updates to the target, or None if it has not got there after
+    ``limit`` updates or stopped being finite.
+
+    Each run is stopped at the best S so far, where it can at most tie, so the order the LRs are
+    tried in changes the cost of the search, not its result: from ``start`` (say, the best LR of
+    the previous batch size) outward on a log scale, the winner usually runs first and cuts every
+    other run short. Without ``start``, in the order given."""
+    checks.positive_int(max_steps, "max_steps")
+    lrs = list(lrs)
+    if not lrs or any(not lr > 0 for lr in lrs):
+        raise ValueError(f"lrs must be positive learning rates, got {lrs}")
+    if start is not None:
+        if not start > 0:
+            raise ValueError(f"start must be a positive learning rate, got {start}")
+        lrs.sort(key=lambda lr: (abs(math.log(lr / start)), lr))
+    best_steps, best_lr = None, None
+    for lr in lrs:
+        steps = steps_with(lr, best_steps or max_steps)
+        if steps is not None and (best_steps is None or (steps, lr) < (best_steps, best_lr)):
+            best_steps, best_lr = steps, lr
+    return best_steps, best_lr
 
 
 def fit_steps_examples(batch_sizes, steps) -> tuple[float, float]:

@@ -82,6 +82,35 @@ def test_steps_to_target_counts_updates_and_gives_up():
     assert noise_scale.steps_to_target(lambda b: None, batches, lambda: math.nan, target=1.0, max_steps=5) is None
 
 
+def test_fewest_steps_finds_the_grids_best_in_any_order_and_cheaper_from_the_winner():
+    """The search's result is the exhaustive one (fewest steps, then the smaller LR) whatever LR it
+    starts from; starting from the winner costs no more updates than the grid's own order."""
+    rng = np.random.default_rng(0)
+    lrs = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64]
+    for trial in range(200):
+        # each LR's true steps to the target, None where it never gets there; ties are common
+        true = {lr: (None if rng.random() < 0.2 else int(rng.integers(1, 12))) for lr in lrs}
+        cost = []
+
+        def steps_with(lr, limit):
+            cost.append(min(true[lr], limit) if true[lr] is not None else limit)
+            return true[lr] if true[lr] is not None and true[lr] <= limit else None
+
+        reached = sorted((s, lr) for lr, s in true.items() if s is not None)
+        expected = reached[0] if reached else (None, None)
+        costs = {}
+        for start in [None, *lrs, 0.05]:
+            cost.clear()
+            assert noise_scale.fewest_steps(steps_with, lrs, max_steps=12, start=start) == expected, (true, start)
+            costs[start] = sum(cost)
+        if reached:
+            assert costs[expected[1]] <= costs[None]
+    with pytest.raises(ValueError, match="positive"):
+        noise_scale.fewest_steps(lambda lr, limit: 1, [0.1, 0.0], max_steps=5)
+    with pytest.raises(ValueError, match="start"):
+        noise_scale.fewest_steps(lambda lr, limit: 1, [0.1], max_steps=5, start=-1.0)
+
+
 def test_two_batch_estimator_on_groups_of_a_coupled_loss():
     """A loss that couples the examples of a micro-batch (here: the squared norm of the group's
     mean output, like SimCLR's candidates) is estimated with the group as the unit: against the

@@ -415,7 +415,10 @@ if SCALE != "ci":
 # far above it, as $S = S_\text{min} + E_\text{min}/B$ says. For each batch size we train from the same
 # initial weights until the training loss reaches the target, trying each learning rate of a
 # grid (the paper tunes the LR per batch size too) with a linear warm-up, and keep the fewest
-# steps. A run that needs more steps than the best so far is stopped there. One seed's S moves a
+# steps (a tie goes to the smaller LR). A run that needs more steps than the best so far is stopped
+# there, where it can at most tie, so the order the LRs are tried in changes the cost of the search,
+# not its result: `noise_scale.fewest_steps` starts from the previous batch size's best LR and
+# works outward, so the winner usually runs first and cuts the others short. One seed's S moves a
 # lot (its initial weights and data order), so the whole sweep runs for each of
 # `cfg.sweep_seeds`, and the claims below read the median S (and the median best LR) per batch;
 # the per-seed values are printed beside it.
@@ -433,14 +436,15 @@ for seed in cfg.sweep_seeds:
     per_seed[seed] = []
     for batch in tqdm(cfg.batches, desc=f"batch sizes, seed {seed}"):
         batches = train.batches(batch, seed=1 + seed)
-        best = dict(batch=batch, steps=None, lr=None)
-        for lr in cfg.lrs:
-            limit = best["steps"] or cfg.max_steps
+
+        def steps_with(lr, limit):
             model, step = trainer(batch, lr, cfg.warmup, seed=cfg.seed + seed)
-            s = noise_scale.steps_to_target(step, batches, lambda: full_loss(model), target=cfg.target, max_steps=limit)
-            if s is not None and (best["steps"] is None or s < best["steps"]):
-                best.update(steps=s, lr=lr)
-        per_seed[seed].append(best)
+            return noise_scale.steps_to_target(step, batches, lambda: full_loss(model), target=cfg.target,
+                                               max_steps=limit)
+
+        previous_lr = per_seed[seed][-1]["lr"] if per_seed[seed] else None
+        steps, lr = noise_scale.fewest_steps(steps_with, cfg.lrs, max_steps=cfg.max_steps, start=previous_lr)
+        per_seed[seed].append(dict(batch=batch, steps=steps, lr=lr))
 sweep = []   # per batch: the median over seeds (None if a seed never reached the target)
 for i, batch in enumerate(cfg.batches):
     runs = [per_seed[seed][i] for seed in cfg.sweep_seeds]

@@ -168,15 +168,18 @@ def work_02(p) -> list[Work]:
     augment = SimCLRAugment(p["image_size"], crop_scale=tuple(p["crop_scale"]),
                             color_strength=p["color_strength"], rotate=p["rotate"])
     step = step_flops(build, p["batch"], augment=augment)
-    arms = len(p["temperatures"]) * p["temperature_seeds"]   # each a run of its own
+    arms = len(p["temperatures"]) * p["temperature_seeds"]
     no_colour = p["temperature_seeds"]                         # one no-colour arm per seed
-    # floors as built and calibrated, every main seed's end, the arms
+    # the recipe's arm of a seed that also trains the main recipe is that run on its way
+    read_off = min(p["temperature_seeds"], p["main_seeds"]) if p["temperature"] in p["temperatures"] else 0
+    # floors as built and calibrated, every main seed's end, the arms (those read off too)
     probes = 2 * p["seeds"] + p["main_seeds"] + arms + no_colour
     image = forward_flops(SmallResNet(width=p["width"], blocks=blocks))
     gc = sum(step_flops(build, n, augment=augment) for n in p["gc_sweep"]) * 3
     return [Work("main recipe (cfg.steps, from cfg.main_seeds seeds)", p["main_seeds"] * p["steps"], step),
-            Work("temperature arms and the no-colour arms (cfg.ablation_steps each)",
-                 (arms + no_colour) * p["ablation_steps"], step),
+            Work("temperature arms and the no-colour arms (cfg.ablation_steps each; the recipe's "
+                 "arm of a main seed is read off its main run)",
+                 (arms - read_off + no_colour) * p["ablation_steps"], step),
             Work("probes: random inits (two floors), main runs, every arm (probe_train + probe_test)",
                  probes * (p["probe_train"] + p["probe_test"]), image),
             Work("BatchNorm recalibration of the random inits", p["seeds"] * p["calibration_images"], image),
@@ -238,8 +241,9 @@ def work_04(p) -> list[Work]:
                                                               "batch")})
     step = step_flops(build, p["batch"])
     return [Work("main run (cfg.steps)", p["steps"], step, floor),
-            Work("probe arms: pixels and norm_pix_loss per seed (cfg.probe_steps each)",
-                 2 * seeds * p["probe_steps"], step, floor),
+            Work("probe arms: pixels and norm_pix_loss per seed (cfg.probe_steps each; the pixel "
+                 "arm of cfg.seed is read off the main run)",
+                 (2 * seeds - (p.get("seed", 0) in p["probe_seeds"])) * p["probe_steps"], step, floor),
             Work("probes per seed (random init and two arms) on the full train and test splits",
                  3 * seeds * (CIFAR_TRAIN + CIFAR_TEST), forward_flops(vit))]
 

@@ -381,10 +381,11 @@ assert bn_train_gap > 100 * max(bn_eval_gap, 1e-7), "with batch statistics the a
 # that two arms of one seed differ in one thing. Their recipe arm (the main temperature, colour
 # jitter) is the main run of the same seed as it was after `ablation_steps` steps: same initial
 # weights, data order and augmentation draws, so the same run, snapshotted on its way rather than
-# trained a second time (at CI scale the lesson trains it again alone and checks, bit for bit).
+# trained a second time (at CI scale the lesson trains that arm again as a run of its own, and the
+# main run again without the snapshot, and checks both, bit for bit).
 #
-# Every training run of this lesson is independent of the others (its own seed, arm and model),
-# so the cell below starts them all at once, the two ablations' arms too, spread over the CPU's
+# Every other training run of this lesson is independent of the others (its own seed, arm and
+# model), so the cell below starts them all at once, the two ablations' arms too, spread over the CPU's
 # cores (`runtime.map_runs`: one thread per run, so on one machine each run's numbers are the
 # same however the lesson runs); each section reads its own runs. The ablations' arms are defined here and
 # explained in their sections.
@@ -526,12 +527,22 @@ plt.show()
 # %%
 losses = history.series("loss")
 start_loss = losses[0]                  # the first step's loss is computed before any update
+if (cfg.temperature, cfg.seed) in ablation_recipe_arms:
+    # identity: the table's `ablation_steps` row is the main run's snapshot at that step
+    at_step = losses[max(0, cfg.ablation_steps - 3):cfg.ablation_steps]
+    assert at_ablation["loss (last 3 steps)"] == sum(at_step) / len(at_step), (at_ablation, at_step)
 if cfg.recheck_kept_arm and (cfg.temperature, cfg.seed) in ablation_recipe_arms:
-    # at CI scale, where it costs seconds: the table's `ablation_steps` row (the main run of seed
-    # cfg.seed on its way) trained again as a run of its own, in a process of its own: same initial
-    # weights, data order and draws, so the same snapshot, bit for bit
+    # at CI scale, where it costs seconds: that row trained again as a run of its own (same initial
+    # weights, data order and draws: the same snapshot), and the main run again without taking
+    # the snapshot (the same losses and probes: the snapshot left the run as it was), bit for bit
+    def straight_recipe(seed):
+        model = build_simclr(seed=seed)
+        run_history = simclr_run(model, augment, seed=seed, progress=False)(cfg.steps).history
+        return {"probes": probes(model.encoder), "losses": run_history.series("loss")}
     alone = map_runs(lesson_run, [("T", cfg.temperature, cfg.seed)], device=device, desc="recipe arm alone")
     assert alone["T", cfg.temperature, cfg.seed] == at_ablation, (alone, at_ablation)
+    straight = map_runs(straight_recipe, [cfg.seed], device=device, desc="main run, no snapshot")[cfg.seed]
+    assert straight == {"probes": trained_probe, "losses": losses}, (straight, trained_probe, losses)
 probe_gain = main_comparison["linear"].mean   # mean over the main seeds of (trained − its own init)
 print(f"starting loss of the random-init encoder on real views: {start_loss:.3f} "
       f"(chance level log(2N-1) = {math.log(2 * cfg.batch - 1):.3f}); after {cfg.steps} steps: {losses[-1]:.3f}; "

@@ -76,6 +76,12 @@ def _nbytes(obj) -> int:
     return 0
 
 
+# What the kit's wire checks allow a step's wire bytes above the byte model they test: gloo's
+# message headers and the process group's own bookkeeping, a larger share the smaller the
+# payload (lessons 07 and 08 measured 1.00 to 1.035 of the model at ci and default scale).
+WIRE_OVERHEAD_MAX = 1.05
+
+
 def wire_bytes() -> int | None:
     """Bytes this process has written so far, to sockets, files and terminals alike (Linux
     /proc/self/io ``wchar``), else None. Around a step that writes nothing else, the difference

@@ -565,7 +565,9 @@ headline(
     ddp_max_param_diff_fp64=max(max(r[o]["max_abs_diff"]) for r in eq64 for o in lesson.EQUIVALENCE_OPTIMIZERS),
     no_sync_max_param_diff=max(ns[0]["max_abs_diff"]),
     allreduce_payload_over_grad_bytes=comm[cfg.ranks][0]["payload_per_step"] / psi,
-    wire_over_ring_formula=(comm[cfg.ranks][0]["wire_per_step"] or float("nan")) / comm[cfg.ranks][0]["ring_formula"],
+    # None (shown as "—") where this OS does not let a process read the bytes it wrote
+    wire_over_ring_formula=(None if comm[cfg.ranks][0]["wire_per_step"] is None
+                            else comm[cfg.ranks][0]["wire_per_step"] / comm[cfg.ranks][0]["ring_formula"]),
     per_rank_bn_output_gap=bn[0]["per_rank_bn"]["output_diff"],
     gathered_simclr_grad_gap=sim[0]["gathered"]["grad_diff"],
     per_rank_simclr_grad_gap=sim[0]["per_rank"]["grad_diff"],

@@ -537,7 +537,8 @@ headline(
     ddp_sent_over_param_bytes=two["ddp"]["comm"]["ring_bytes_sent"] / param_bytes,
     zero3_sent_over_param_bytes=two["fsdp"]["comm"]["ring_bytes_sent"] / param_bytes,
     torch_zero1_sent_over_param_bytes=two["zero1"]["comm"]["ring_bytes_sent"] / param_bytes,
-    fsdp_wire_over_reduce_scatter_as_all_reduce=(fsdp_wire or float("nan")) / as_all_reduce,
+    # None (shown as "—") where this OS does not let a process read the bytes it wrote
+    fsdp_wire_over_reduce_scatter_as_all_reduce=None if fsdp_wire is None else fsdp_wire / as_all_reduce,
     fsdp_max_param_diff_vs_ddp=(two["fsdp"]["params"] - two["ddp"]["params"]).abs().max().item(),
     dcp_exact=all(c["exact"] for c in ckpt),
 )

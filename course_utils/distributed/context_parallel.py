@@ -7,8 +7,10 @@ from r-1) while each rank folds one block at a time into its output with an *onl
     block b:  s = q kᵦᵀ·scale,  oᵦ = softmax(s) vᵦ,  lseᵦ = logsumexp(s)   (row-wise)
     merge:    lse = logaddexp(lse, lseᵦ),  o = e^(lse_old - lse)·o + e^(lseᵦ - lse)·oᵦ
 
-so the result is softmax over all S keys without any rank holding an S×S score matrix or all the
-keys. The backward (FlashAttention's, per block, with D = rowsum(dO ∘ O)):
+so the result is softmax over all S keys without any rank holding an S×S score matrix: the
+largest score block is (S/2n)², one query chunk against one key chunk. While it computes, a rank
+holds its own K/V block (kept for backward) and the visiting one, 2S/n keys: all of them at n = 2,
+a shrinking share as n grows (during a pass the outgoing block is briefly alive too). The backward (FlashAttention's, per block, with D = rowsum(dO ∘ O)):
 
     P = exp(s - lse),  dV += Pᵀ dO,  dS = P ∘ (dO Vᵀ - D),  dQ += dS K·scale,  dK += dSᵀ Q·scale
 
@@ -142,6 +144,11 @@ class _RingAttention(torch.autograd.Function):
             for i, j, diagonal in _pairs(ring, source, causal, zigzag):
                 out[i], lse[i] = merge(out[i], lse[i], *block_forward(qs[i], ks[j], vs[j], scale, diagonal))
                 counts["forward_blocks"] = counts.get("forward_blocks", 0) + 1
+                counts["largest_score_block"] = max(counts.get("largest_score_block", 0),
+                                                    qs[i].shape[-2] * ks[j].shape[-2])
+            # keys this rank holds now: its own block (kept for backward) and the visiting one
+            counts["most_keys_held"] = max(counts.get("most_keys_held", 0),
+                                           k.shape[-2] + (block_k.shape[-2] if block_k is not k else 0))
             if step < ring.size - 1:
                 block_k, block_v = ring_pass([block_k, block_v], ring)
         out, lse = torch.cat(out, dim=-2), torch.cat(lse, dim=-1)
@@ -180,7 +187,9 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ring: Ring
     """softmax(q kᵀ/√d) v over the whole sequence, each rank holding its ``split_sequence`` part.
 
     q, k, v: (..., S/n, d), this rank's two chunks; returns this rank's (..., S/n, d) output.
-    ``counts`` (a dict) receives "forward_blocks": chunk-by-chunk score blocks computed here.
+    ``counts`` (a dict) receives "forward_blocks": chunk-by-chunk score blocks computed here,
+    "largest_score_block": the most scores (query rows × key rows) one of them held, and
+    "most_keys_held": the most key rows this rank held at once (its own block and a visiting one).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         checks.tensor(t, name)

@@ -241,6 +241,8 @@ def context_parallel(rank: int, world_size: int, cfg: dict | None = None) -> dic
                        # counted apart from the ring's block counter
                        "flops_split": split.flops,
                        "score_blocks": counts["forward_blocks"],
+                       "largest_score_block": counts["largest_score_block"],
+                       "most_keys_held": counts["most_keys_held"],
                        "predicted_blocks": score_blocks(rank, world_size, causal, zigzag)}
     return result
 

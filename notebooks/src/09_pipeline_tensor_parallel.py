@@ -94,7 +94,9 @@ print(device, "| simulated stages:", cfg.stages)
 # **Context parallel (ring attention).** A sequence of S tokens is cut across n ranks. Attention
 # needs every query against every key, so key/value blocks travel round a ring while each rank
 # folds one block at a time into its output with an *online softmax* (a running log-sum-exp), so
-# no rank ever holds all keys or an S×S score matrix. The backward runs the ring again, each K/V
+# no rank ever holds an S×S score matrix: the largest score block is one query chunk against one
+# key chunk. While it computes, a rank holds its own K/V block and the visiting one, 2S/n keys:
+# all of them at n = 2, a shrinking share as n grows. The backward runs the ring again, each K/V
 # block travelling with its dK/dV accumulator.
 #
 # **Tensor parallel (Megatron).** An MLP y = GeLU(x W1ᵀ) W2ᵀ splits W1 by rows (output units,
@@ -406,11 +408,14 @@ for name in lesson.ZERO_BUBBLE_SCHEDULES:
 print(inspect.getsource(context_parallel._RingAttention.forward))
 print(inspect.getsource(context_parallel.ring_pass))
 ctx = {r: real[r]["context_parallel"] for r in range(cfg.ranks)}
+seq = cfg.real["context_parallel"]["sequence"]   # S, the whole sequence
 show_table([{"rank": r, "arm": arm, "max |out − unsplit|": x["gaps"]["output"],
              "max |dQ,dK,dV − unsplit|": max(x["gaps"][g] for g in ("dq", "dk", "dv")),
              "kept for backward (split / unsplit)": f"{x['kept_split']} / {x['kept_unsplit']}",
              "bytes sent (counted / formula)": f"{x['sent_bytes']} / {x['predicted_bytes']}",
-             "score blocks": x["score_blocks"]} for r in ctx for arm, x in ctx[r].items()])
+             "score blocks": x["score_blocks"],
+             "largest score block / S²": f"{x['largest_score_block']} / {seq ** 2}",
+             "keys held at once / S": f"{x['most_keys_held']} / {seq}"} for r in ctx for arm, x in ctx[r].items()])
 ring_gap = max(max(x["gaps"].values()) for r in ctx for x in ctx[r].values())
 kept_ratio = max(x["kept_split"] / x["kept_unsplit"] for r in ctx for x in ctx[r].values())
 blocks = {f"{arm}, rank {r}": ctx[r][arm]["score_blocks"] for arm in ("causal", "causal zig-zag")
@@ -433,6 +438,10 @@ for r in ctx:
         assert x["sent_bytes"] == x["predicted_bytes"] == context_parallel.ring_bytes_per_step(kv_bytes, cfg.ranks)
         assert x["wire_bytes"] is None or x["wire_bytes"] >= x["sent_bytes"]
         assert x["score_blocks"] == x["predicted_blocks"]
+        # scores: one chunk of S/2n queries against one of S/2n keys at a time, never S×S;
+        # keys: its own S/n and the visiting S/n while it computes (at n = 2: all S of them)
+        assert x["largest_score_block"] == (cp["sequence"] // (2 * cfg.ranks)) ** 2 < cp["sequence"] ** 2
+        assert x["most_keys_held"] == 2 * cp["sequence"] // cfg.ranks
 plain = [ctx[r]["causal"]["score_blocks"] for r in ctx]
 zigzag = [ctx[r]["causal zig-zag"]["score_blocks"] for r in ctx]
 assert plain[-1] > plain[0] and len(set(zigzag)) == 1 and sum(zigzag) == sum(plain)

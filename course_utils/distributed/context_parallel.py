@@ -10,7 +10,8 @@ from r-1) while each rank folds one block at a time into its output with an *onl
 so the result is softmax over all S keys without any rank holding an S×S score matrix: the
 largest score block is (S/2n)², one query chunk against one key chunk. While it computes, a rank
 holds its own K/V block (kept for backward) and the visiting one, 2S/n keys: all of them at n = 2,
-a shrinking share as n grows (during a pass the outgoing block is briefly alive too). The backward (FlashAttention's, per block, with D = rowsum(dO ∘ O)):
+a shrinking share as n grows (during a pass the outgoing block is briefly alive too). The backward
+(FlashAttention's, per block, with D = rowsum(dO ∘ O)):
 
     P = exp(s - lse),  dV += Pᵀ dO,  dS = P ∘ (dO Vᵀ - D),  dQ += dS K·scale,  dK += dSᵀ Q·scale
 

@@ -68,7 +68,7 @@ cfg = config(
                  crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, accumulation=4,
                  seeds=3, calibration_images=2048,
                  main_seeds=3,                     # the main recipe from this many seeds (<= seeds)
-                 recheck_kept_arm=False,           # at ci only: the recipe's arm trained again alone
+                 recheck_kept_arm=False,           # at ci only: that arm and the main run trained again
                  min_probe_gain=0.25,              # thresholds the default run is asserted against
                  start_above_chance=True, min_shortcut_loss_gap=1.0,
                  # verdicts of the paired comparisons, by the kit's rule for what one run may claim
@@ -480,8 +480,7 @@ temperature_seed_list = list(range(cfg.seed, cfg.seed + cfg.temperature_seeds))
 assert cfg.ablation_steps <= cfg.steps, "the ablations' recipe arm is the main run on its way"
 # the temperature arms and one no-colour arm per seed; the arm at the recipe's own T is read off
 # the main run of its seed (where that seed has one)
-ablation_recipe_arms = {(cfg.temperature, s) for s in temperature_seed_list if s in main_seed_list} \
-    if cfg.temperature in cfg.temperatures else set()
+ablation_recipe_arms = {(cfg.temperature, s) for s in temperature_seed_list if s in main_seed_list}
 ablation_jobs = [("T", t, s) for t in cfg.temperatures for s in temperature_seed_list
                  if (t, s) not in ablation_recipe_arms] + [("no colour", s) for s in temperature_seed_list]
 # every run, spread over the cores by map_runs, the longest first

@@ -477,8 +477,9 @@ def lesson_run(job):
     section's pixel arm of that seed; (arm, seed): a probe-section arm, `probe_steps` steps, its
     ``probe_snapshot`` ("random init": probed as built)."""
     arm, seed = job
-    if arm == "main":
-        return train_arm(seed, steps=cfg.steps, keep_at=cfg.probe_steps)
+    if arm == "main":   # kept on its way only where the probe section reads it
+        keep_at = cfg.probe_steps if ("MAE", seed) in read_off_main else None
+        return train_arm(seed, steps=cfg.steps, keep_at=keep_at)
     if arm == "random init":
         return probe_encoder(build_mae(seed=seed).encoder, train, test), None, None
     norm_pix_loss = arm == "MAE + norm_pix_loss"

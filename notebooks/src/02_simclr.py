@@ -54,22 +54,26 @@ cfg = config(
             batch=32, steps=4, ablation_steps=2, lr=2e-3, temperature=0.2, temperatures=(0.2, 1.0),
             crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, accumulation=4,
             seeds=2, main_seeds=2, calibration_images=64, recheck_kept_arm=True,
-            min_probe_gain=None, start_above_chance=None, min_shortcut_loss_gap=None,
+            min_probe_gain=None, knn_verdict=None, start_above_chance=None, min_shortcut_loss_gap=None,
             colour_verdict=None, colour_r2_z_verdict=None,
             temperature_seeds=2, short_run_verdict=None, geometry_verdicts=None,
             ledger_batches=[8, 16, 32], gc_batch=16, gc_chunk=4, gc_tile=8, gc_sweep=[8, 32, 256],
             gc_budget_mb=8, train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
-    # default: the main run trains 1,000 steps; its ablation arms (no colour, the temperatures and
-    # their seeds) 200 each, the recipe's arm read off the main run: within 4 minutes
+    # default: the main run trains 500 steps; its ablation arms (no colour, the temperatures and
+    # their seeds) 200 each, the recipe's arm read off the main run: about 2 minutes alone
     default=dict(image_size=16, width=16, blocks=(1, 1, 1),
-                 batch=128, steps=1000, ablation_steps=200, lr=2e-3,
+                 batch=128, steps=500, ablation_steps=200, lr=2e-3,
                  temperature=0.2,                  # the main run's T (lesson 05's SimCLR uses the same)
                  temperatures=(0.2, 1.0),          # the temperature experiment: same run, T changed
                  crop_scale=(0.6, 1.0), color_strength=1.0, rotate=True, accumulation=4,
                  seeds=3, calibration_images=2048,
                  main_seeds=3,                     # the main recipe from this many seeds (<= seeds)
                  recheck_kept_arm=False,           # at ci only: that arm and the main run trained again
-                 min_probe_gain=0.25,              # thresholds the default run is asserted against
+                 # the default run's main comparison, at 500 steps: linear probe +15.9 points
+                 # over random init, room 1.2 (asserted: the direction and a mean gain of at
+                 # least min_probe_gain); kNN probe room 0.5, so claimed as not reversed (at
+                 # 1,000 steps the lesson asserted a 25-point gain and the kNN direction)
+                 min_probe_gain=0.10, knn_verdict=not_reversed("SimCLR > random init"),
                  start_above_chance=True, min_shortcut_loss_gap=1.0,
                  # verdicts of the paired comparisons, by the kit's rule for what one run may claim
                  # (course_utils.compare: a direction whose measured interval stands a half-width
@@ -93,7 +97,7 @@ cfg = config(
              crop_scale=(0.2, 1.0), color_strength=0.5, rotate=False, accumulation=4,
              seeds=3, main_seeds=3, calibration_images=10000, recheck_kept_arm=False,
              # min_probe_gain: not asserted until a GPU run has measured it
-             min_probe_gain=None, start_above_chance=None, min_shortcut_loss_gap=None,
+             min_probe_gain=None, knn_verdict=None, start_above_chance=None, min_shortcut_loss_gap=None,
              colour_verdict=None, colour_r2_z_verdict=None,
              temperature_seeds=3, short_run_verdict=None, geometry_verdicts=None,
              ledger_batches=[32, 64, 128, 256], gc_batch=256, gc_chunk=64, gc_tile=256,
@@ -562,12 +566,13 @@ if cfg.min_probe_gain is not None:      # CI trains a few steps: nothing to clai
     assert main_comparison["linear"].verdict == "SimCLR > random init", main_comparison["linear"].describe(100)
     assert probe_gain >= cfg.min_probe_gain, \
         f"SimCLR should beat its own random init by >= {100 * cfg.min_probe_gain:.0f} points on average"
-    assert main_comparison["knn"].verdict == "SimCLR > random init", main_comparison["knn"].describe(100)
     # the floor choice cannot carry the claim: against the stricter of the two floors, seed by seed
     calibrated_by_seed = {r["seed"]: r for r in random_rows}
     stricter_gain = sum(trained_by_seed[s]["linear"] - max(floor_by_seed[s]["linear"], calibrated_by_seed[s]["linear"])
                         for s in main_seed_list) / len(main_seed_list)
     assert stricter_gain >= cfg.min_probe_gain, ("against the stricter floor", stricter_gain)
+if cfg.knn_verdict is not None:         # the kNN probe does not contradict the linear one
+    assert main_comparison["knn"].holds(cfg.knn_verdict), main_comparison["knn"].describe(100)
 
 # %% [markdown]
 # Read the probe honestly. The assert is the claim this scale backs: on the embedded "shapes"
@@ -575,9 +580,11 @@ if cfg.min_probe_gain is not None:      # CI trains a few steps: nothing to clai
 # consistent signal at this image size), a few CPU minutes of SimCLR beat the identical encoder at random
 # init (the same seed's, untouched: the kit's one floor) on the linear probe, paired over
 # `main_seeds` seeds with an interval above zero and a mean gain of at least `min_probe_gain`
-# (printed above), and the kNN probe agrees in direction (its own paired interval above zero,
-# asserted). The views use the recipe printed at the top (crop scale, colour
-# strength, quarter turns: chosen for this data, not ablated here except for colour, below). The
+# (printed above). The kNN probe does not contradict it: its paired mean leans the same way and
+# its interval is not resolved the other way (asserted as the preset's `knn_verdict`; whether it
+# resolves the direction is printed above). The views use the recipe printed at the top (crop
+# scale, colour strength, quarter turns: chosen for this data, not ablated here except for
+# colour, below). The
 # paper trains for hundreds of epochs. The gpu scale (CIFAR-10, a ResNet, more steps) runs the
 # same code but asserts none of these claims yet: no GPU run of this lesson has set its thresholds.
 #

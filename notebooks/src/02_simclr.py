@@ -70,10 +70,11 @@ cfg = config(
                  main_seeds=3,                     # the main recipe from this many seeds (<= seeds)
                  recheck_kept_arm=False,           # at ci only: that arm and the main run trained again
                  # the default run's main comparison, at 500 steps: linear probe +15.9 points
-                 # over random init, room 1.2 (asserted: the direction and a mean gain of at
-                 # least min_probe_gain); kNN probe room 0.5, so claimed as not reversed (at
-                 # 1,000 steps the lesson asserted a 25-point gain and the kNN direction)
-                 min_probe_gain=0.10, knn_verdict=not_reversed("SimCLR > random init"),
+                 # over random init, interval [+8.8, +23.0], room 1.2 (asserted: the direction,
+                 # and a mean gain of at least min_probe_gain, set below the interval's lower
+                 # edge); kNN probe room 0.5, so claimed as not reversed (at 1,000 steps the
+                 # lesson asserted a 25-point gain and the kNN direction)
+                 min_probe_gain=0.08, knn_verdict=not_reversed("SimCLR > random init"),
                  start_above_chance=True, min_shortcut_loss_gap=1.0,
                  # verdicts of the paired comparisons, by the kit's rule for what one run may claim
                  # (course_utils.compare: a direction whose measured interval stands a half-width

@@ -532,7 +532,8 @@ def reading(key) -> str:
         return f"{comparison.names[0]} vs {comparison.names[1]}: not resolved at this scale"
     unit = "" if key == "uniformity" else " probe points"
     scale = 1 if key == "uniformity" else 100
-    return f"{comparison.verdict} by {scale * abs(comparison.mean):.2f}{unit} (the interval excludes zero)"
+    return (f"{comparison.verdict} by {scale * abs(comparison.mean):.2f}{unit} (the interval excludes zero, "
+            f"its nearer edge {comparison.room:.1f} half-widths from it: the preset says what is claimed)")
 
 
 print(f"At the FLOPs of {cfg.budget_steps} SimCLR steps, linear probe: "

@@ -128,6 +128,16 @@ def core_seconds() -> float:
 
 
 _FORKED_FN = None   # the function map_runs' forked workers run: inherited through fork, never pickled
+_STEP_BARS = False  # whether the runs map_runs is calling now may show per-step bars (step_bars)
+
+
+def step_bars() -> bool:
+    """Whether a run that :func:`map_runs` is calling may show its own per-step progress bar
+    (``fit(..., progress=step_bars())``): only where map_runs runs them on a GPU, in this process,
+    one after the other, where a run can take minutes and the run-count bar alone would sit still.
+    Never in a forked worker (only the notebook's process owns its output), and not on the CPU,
+    where every run here is seconds long and per-step bars would only fill the output."""
+    return _STEP_BARS
 
 
 def _one_thread_worker() -> None:
@@ -177,9 +187,9 @@ def map_runs(fn, keys, *, device=None, workers: int | None = None, desc: str | N
     a forked worker process running one thread, which inherits ``fn`` (a notebook's function or
     lambda will do); ``fn`` must seed everything it draws (its model, data order and
     augmentations), so that a run's result does not depend on where it ran, must not print or
-    show progress bars (only this process owns the notebook's output), and must return what
-    pickles (tensors, modules, numbers, dicts; no lambdas). One progress bar here counts finished
-    runs.
+    show progress bars (only this process owns the notebook's output) except where
+    :func:`step_bars` says it may (on a GPU), and must return what pickles (tensors, modules,
+    numbers, dicts; no lambdas). One progress bar here counts finished runs.
 
     ``workers`` defaults to torch's thread count, the cores this lesson was given: 1 under ``make
     test``, which then runs them one after the other in this process. With the default, every run
@@ -192,7 +202,7 @@ def map_runs(fn, keys, *, device=None, workers: int | None = None, desc: str | N
     autograd cannot run in a forked child (after a backward on fake tensors in this process) the
     runs happen here too, one thread each, and it says so.
     """
-    global _FORKED_FN
+    global _FORKED_FN, _STEP_BARS
     keys = list(keys)
     workers = checks.positive_int(workers if workers is not None else torch.get_num_threads(), "workers")
     on_gpu = device is not None and torch.device(device).type != "cpu"
@@ -212,9 +222,13 @@ def map_runs(fn, keys, *, device=None, workers: int | None = None, desc: str | N
         if one_thread_here:
             torch.set_num_threads(1)   # as a forked worker would have run each
         if not fork:
-            for key in keys:
-                results[key] = _run(fn, key)
-                bar.update()
+            outer_bars, _STEP_BARS = _STEP_BARS, on_gpu
+            try:
+                for key in keys:
+                    results[key] = _run(fn, key)
+                    bar.update()
+            finally:
+                _STEP_BARS = outer_bars
         else:   # a single run forks too: it gets one thread, as every run does
             outer, _FORKED_FN = _FORKED_FN, fn
             try:

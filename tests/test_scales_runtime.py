@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_utils.runtime import describe_device, map_runs, setup
+from course_utils.runtime import describe_device, map_runs, setup, step_bars
 from course_utils.scales import config, resolve_scale
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,6 +118,23 @@ def test_a_failing_run_fails_the_map_and_bad_workers_say_so():
         assert any("in map_runs' run" in note for note in failed.value.__notes__)
     with pytest.raises(ValueError, match="workers"):
         map_runs(_train_a_little, [1], workers=0)
+
+
+def test_runs_show_step_bars_only_where_they_run_here_on_a_gpu():
+    """step_bars() is what a run passes to fit's progress: True for the runs map_runs calls here
+    for a GPU (no CUDA needed: the runs below touch no device), False for CPU runs here and in
+    forked workers, and outside map_runs, also after a GPU map (and one that failed)."""
+    assert step_bars() is False
+    assert map_runs(lambda s: step_bars(), [1, 2], device="cuda", workers=2) == {1: True, 2: True}
+    assert step_bars() is False
+    assert map_runs(lambda s: step_bars(), [1, 2], device="cpu", workers=1) == {1: False, 2: False}
+    assert map_runs(lambda s: step_bars(), [1, 2], device="cpu", workers=2) == {1: False, 2: False}
+
+    def fails(seed):
+        raise ValueError(f"run {seed} failed")
+    with pytest.raises(ValueError):
+        map_runs(fails, [1], device="cuda")
+    assert step_bars() is False
 
 
 def test_runs_may_map_runs_of_their_own():

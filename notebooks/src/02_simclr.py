@@ -43,7 +43,7 @@ from course_utils.objectives import SimCLR, Supervised, make_step
 from course_utils.objectives.simclr import nt_xent_loss, nt_xent_loss_naive
 from course_utils.plots import plot_curves, show_images
 from course_utils.report import headline, show_table
-from course_utils.runtime import map_runs, setup
+from course_utils.runtime import map_runs, setup, step_bars
 from course_utils.scales import config
 from course_utils.train import TrainState, fit
 from tqdm.auto import tqdm
@@ -464,14 +464,14 @@ def lesson_run(job):
     if kind in ("T", "no colour"):
         arm = build_simclr(temperature=job[1] if kind == "T" else cfg.temperature, seed=seed)
         views = augment if kind == "T" else without_colour
-        return snapshot(arm, simclr_run(arm, views, seed=seed, progress=False)(cfg.ablation_steps)
+        return snapshot(arm, simclr_run(arm, views, seed=seed, progress=step_bars())(cfg.ablation_steps)
                         .history.series("loss"))
     if kind == "floor":
         encoder = build_simclr(seed=seed).encoder
         return ({"seed": seed, "BatchNorm": "as built (the kit's floor)", **probes(encoder)},
                 {"seed": seed, "BatchNorm": "calibrated", **probes(calibrated_copy(encoder))})
     model = build_simclr(seed=seed)
-    run = simclr_run(model, augment, seed=seed, progress=False)
+    run = simclr_run(model, augment, seed=seed, progress=step_bars())
     recipe_arm = (snapshot(model, run(cfg.ablation_steps).history.series("loss"))
                   if (cfg.temperature, seed) in ablation_recipe_arms else None)
     history = run(cfg.steps).history
@@ -541,7 +541,7 @@ if cfg.recheck_kept_arm and (cfg.temperature, cfg.seed) in ablation_recipe_arms:
     # the snapshot (the same losses and probes: the snapshot left the run as it was), bit for bit
     def straight_recipe(seed):
         model = build_simclr(seed=seed)
-        run_history = simclr_run(model, augment, seed=seed, progress=False)(cfg.steps).history
+        run_history = simclr_run(model, augment, seed=seed, progress=step_bars())(cfg.steps).history
         return {"probes": probes(model.encoder), "losses": run_history.series("loss")}
     alone = map_runs(lesson_run, [("T", cfg.temperature, cfg.seed)], device=device, desc="recipe arm alone")
     assert alone["T", cfg.temperature, cfg.seed] == at_ablation, (alone, at_ablation)

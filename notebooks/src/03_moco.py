@@ -40,7 +40,7 @@ from course_utils.objectives import MoCo, SimCLR, make_step
 from course_utils.objectives.moco import FeatureQueue, bn_group_overlap, encode_in_groups, shuffle_batch
 from course_utils.compare import compare_paired, not_reversed
 from course_utils.report import committed_result, headline, show_table
-from course_utils.runtime import map_runs, setup
+from course_utils.runtime import map_runs, setup, step_bars
 from course_utils.scales import config
 from course_utils.train import Callback, EvalEvery, fit
 
@@ -480,14 +480,16 @@ def run(job):
     if kind == "recipe":     # m = 0.99, K = cfg.queue: the main run is seed cfg.seed, probed along the way
         main_run = seed == cfg.seed   # its copy at sweep_steps is the shuffle arm's twin
         return train_moco(cfg.steps, seed=seed, copy_at=cfg.sweep_steps if main_run else None,
-                          probe_every=cfg.probe_every if main_run else cfg.sweep_steps, progress=False)
+                          probe_every=cfg.probe_every if main_run else cfg.sweep_steps,
+                          progress=step_bars())
     if kind == "m=0":        # the staleness claim's pairs: stale_steps steps each
-        return train_moco(cfg.stale_steps, probe=False, momentum=0.0, seed=seed, progress=False)
+        return train_moco(cfg.stale_steps, probe=False, momentum=0.0, seed=seed, progress=step_bars())
     if kind == "random queue":   # the control: the steps until real keys fill the queue twice over
         return train_moco(2 * math.ceil(cfg.queue / cfg.batch), probe=False, snapshots=False, seed=seed,
-                          random_queue=True, progress=False)
+                          random_queue=True, progress=step_bars())
     if kind == "unshuffled":
-        return train_moco(cfg.sweep_steps, snapshots=False, shuffle_keys=False, seed=seed, progress=False)
+        return train_moco(cfg.sweep_steps, snapshots=False, shuffle_keys=False, seed=seed,
+                          progress=step_bars())
     encoder = build_moco(seed=seed).encoder   # "floor": random init, as built and BN-calibrated
     return {**probe_encoder(encoder, probe_train, test), "calibrated linear":
             probe_encoder(batchnorm_calibrated(encoder, probe_train.images), probe_train, test)["linear"]}

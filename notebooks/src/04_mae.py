@@ -42,7 +42,7 @@ from course_utils.objectives.mae import (MAE, interpolate_masked, masked_mse, pa
 from course_utils.objectives import make_step
 from course_utils.plots import image_grid, plot_curves
 from course_utils.report import committed_result, headline, show_table
-from course_utils.runtime import map_runs, setup
+from course_utils.runtime import map_runs, setup, step_bars
 from course_utils.scales import config
 from course_utils.train import TrainState, fit
 
@@ -466,7 +466,8 @@ def train_arm(seed, norm_pix_loss=False, steps=cfg.probe_steps, keep_at=None):
     step = make_step(arm, arm_opt, generator=torch.Generator().manual_seed(seed))
     state, kept = TrainState(), None
     for stop in [keep_at, steps] if keep_at else [steps]:
-        fit(step, train.batches(cfg.batch, seed=seed), steps=stop, state=state, progress=False)
+        fit(step, train.batches(cfg.batch, seed=seed), steps=stop, state=state,
+            desc=f"MAE ({'norm_pix_loss' if norm_pix_loss else 'pixels'}), seed {seed}", progress=step_bars())
         if stop == keep_at and kept is None:
             kept = probe_snapshot(copy.deepcopy(arm), norm_pix_loss)
     return arm, state.history, kept

@@ -41,7 +41,7 @@ from course_utils.models import MLP, Attention, ProjectionHead, SmallResNet, ViT
 from course_utils.objectives import MAE, MoCo, SimCLR, Supervised, make_step
 from course_utils.report import committed_result, headline, show_table, ssl_quality_gains
 from course_utils import runtime
-from course_utils.runtime import map_runs, setup
+from course_utils.runtime import map_runs, setup, step_bars
 from course_utils.scales import config
 from course_utils.train import TrainState, fit
 
@@ -321,7 +321,8 @@ def budget_run(job):
     for budget in cfg.budgets_gflops:
         steps = max(1, int(budget * 1e9 / flops))
         start = core_seconds()
-        fit(step, batches, steps=steps, state=state, progress=False)   # resumes the same run
+        fit(step, batches, steps=steps, state=state, desc=f"{name}, seed {seed}, to {budget:g} GFLOPs",
+            progress=step_bars())   # resumes the same run
         seconds += core_seconds() - start
         acc = probe_encoder(model.encoder, probe_train, test)["linear"]
         rows.append({"objective": name, "seed": seed, "budget GFLOPs": budget, "steps": steps,
@@ -702,7 +703,7 @@ def train_student(hidden, c_flops, seed):
     stream = torch.Generator().manual_seed(seed)      # per seed, the same example stream for every width
     fit(make_step(Supervised(net), opt, scheduler=schedule),
         lambda epoch: (teacher_examples(stream, cfg.alloc_batch) for _ in range(steps)), steps=steps,
-        progress=False)
+        desc=f"h={hidden}, C={c_flops:.1e}, seed {seed}", progress=step_bars())
     with torch.no_grad():
         logits, val_logits = net(x_test), net(x_val)
     return {"C FLOPs": c_flops, "hidden": hidden, "seed": seed, "N params": count_parameters(net),

@@ -43,7 +43,7 @@ from course_utils.objectives import MoCo, SimCLR, SimSiam, make_step
 from course_utils.objectives.simclr import nt_xent_loss
 from course_utils.objectives.simsiam import simsiam_loss
 from course_utils.report import committed_result, headline, show_table, ssl_quality_gains
-from course_utils.runtime import map_runs, setup
+from course_utils.runtime import map_runs, setup, step_bars
 from course_utils.scales import config
 from course_utils.train import EvalEvery, fit
 
@@ -346,7 +346,8 @@ def collapse_run(job):
     arm, seed = job
     model, _, step = build("SimSiam", seed, **ARMS[arm])
     history = fit(step, train.batches(cfg.batch, seed=seed, with_ids=True), steps=cfg.collapse_steps,
-                  callbacks=[EvalEvery(cfg.collapse_every, lambda: diagnostics(model))], progress=False)
+                  callbacks=[EvalEvery(cfg.collapse_every, lambda: diagnostics(model))],
+                  desc=f"SimSiam, {arm}, seed {seed}", progress=step_bars())
     # no read at step 0: BatchNorm's running statistics are still their defaults there, so an
     # eval-mode read would measure them, not the encoder
     return {"evals": history.evals, "loss": history.series("loss")}
@@ -363,7 +364,7 @@ def budget_run(job):
     reads = [EvalEvery(cfg.collapse_every, lambda: diagnostics(model), at_end=False, until=cfg.collapse_steps)
              ] if name == "SimSiam" else []
     history = fit(step, train.batches(cfg.batch, seed=seed, with_ids=True), steps=budget_steps[name],
-                  callbacks=reads, progress=False)
+                  callbacks=reads, desc=f"{name}, seed {seed}", progress=step_bars())
     run = {"steps": budget_steps[name], "linear": probe_encoder(model.encoder, probe_train, test)["linear"],
            **diagnostics(model)}
     if name == "SimSiam":

@@ -35,7 +35,8 @@ import torch
 from course_utils.augment import SimCLRAugment
 from course_utils.compare import NOT_RESOLVED, compare_paired, not_reversed
 from course_utils.data import load_dataset
-from course_utils.evaluate import alignment_uniformity, collapse_stats, probe_encoder, view_embeddings
+from course_utils.evaluate import (alignment_uniformity, batchnorm_calibrated, collapse_stats, probe_encoder,
+                                   view_embeddings)
 from course_utils.exercises import check_close, check_equal
 from course_utils.ledger import measure
 from course_utils.models import ProjectionHead, SmallResNet, count_parameters
@@ -69,7 +70,7 @@ cfg = config(
                  collapse_steps=300, collapse_every=20, budget_steps=400, seeds=(0, 1, 2),
                  train_limit=5000, probe_train=2000, probe_test=1000, stats_images=512,
                  dataset="shapes", claims=True,
-                 verdicts={"SimSiam vs floor": None, "SimCLR vs SimSiam": not_reversed("SimCLR > SimSiam"),
+                 verdicts={"SimSiam vs floor": None, "SimSiam vs lower floor": None, "SimCLR vs SimSiam": not_reversed("SimCLR > SimSiam"),
                            "MoCo vs SimSiam": None, "uniformity": None}, recheck_kept_arm=False),
     # gpu: a half-width CIFAR ResNet-18, as lessons 02 and 03, sized by tools/gpu_budget.py to
     # about 13 minutes on a T4 (the two cut arms from every seed, 200 steps each)
@@ -180,8 +181,9 @@ assert abs(nt_xent_loss(z_constant, z_constant, cfg.temperature).item() - math.l
 # kit implements SimSiam.
 #
 # Every arm below trains the same backbone with the same optimizer (AdamW, learning rate
-# `cfg.lr`, weight decay `cfg.weight_decay`), augmentation and data; each objective brings the
-# heads its paper prescribes.
+# `cfg.lr`, weight decay `cfg.weight_decay`), augmentation and data; each objective brings its
+# paper's heads (SimSiam's predictor widened to d and its output BatchNorm with a learned scale
+# and shift: see *Recipe* in the boundary).
 
 # %% [markdown]
 # ## Worked example: one step, and its ledger beside SimCLR's and MoCo's
@@ -233,8 +235,10 @@ similarity_flops = 3 * 2 * two_b * two_b * d
 print(f"SimSiam's extra weights over SimCLR's: the predictor ({predictor_params:,} parameters) and "
       f"the projector's output BatchNorm. Its step costs {flops_vs_simclr['SimSiam']:.3f}× SimCLR's "
       f"FLOPs: it adds the predictor's matmuls ({predictor_flops / 1e6:.1f} MFLOPs) and drops the 2B×2B "
-      f"similarity matmul ({similarity_flops / 1e6:.1f} MFLOPs), both small beside the encoder's. MoCo's "
-      f"step costs {flops_vs_simclr['MoCo']:.2f}× (its key view is a forward without backward).")
+      f"similarity matmul ({similarity_flops / 1e6:.1f} MFLOPs), both small beside the encoder's"
+      + (f" (equal here only because d = B = {cfg.batch}: the first grows as B·d², the second as B²·d)"
+         if cfg.dim == cfg.batch else "")
+      + f". MoCo's step costs {flops_vs_simclr['MoCo']:.2f}× (its key view is a forward without backward).")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -248,6 +252,7 @@ assert sim.optimizer_bytes == 2 * sim.param_bytes
 # measured against the count above: the two steps differ by exactly those matmuls
 assert sim.flops - clr.flops == predictor_flops - similarity_flops, (sim.flops, clr.flops)
 assert predictor_flops + similarity_flops < 0.02 * clr.flops, "both small beside the encoder's"
+assert abs(sim.activation_bytes / clr.activation_bytes - 1) < 0.05, "about the same activations kept"
 assert 0.6 < flops_vs_simclr["MoCo"] < 0.75, "one backward over B + a key forward: about 2/3"
 # identity: SimSiam's extra weights are the predictor and the output BatchNorm's scale and shift
 assert params["SimSiam"] - params["SimCLR"] == predictor_params + 2 * cfg.dim
@@ -304,7 +309,7 @@ assert share_of_step < 0.05, "at this batch the matrix is a small part of what t
 # %% [markdown]
 # ## The evidence
 #
-# ### Claim 1: without the stop-gradient, SimSiam collapses; with it, it does not
+# ### Claim 1: without the stop-gradient, SimSiam collapses onto about one direction; with it, it does not
 #
 # Runs from the same initialisation, same batches, same steps: SimSiam as designed, and
 # SimSiam with the stop-gradient removed (the gradient flows into both branches), plus a third
@@ -313,15 +318,17 @@ assert share_of_step < 0.05, "at this batch the matrix is a small part of what t
 # projections z of the same held-out views (single reads are noisy, so the claims use the mean
 # over the last third of the run). Collapse is a state, not a difference in means: each seed's
 # cut arms are judged against fixed marks (a constant's effective rank is 1, its std and
-# uniformity 0) and against that seed's kept arm, every seed has to meet them, and no paired
-# interval over seeds is needed:
+# uniformity 0, which the cut arms approach but do not reach at this length: they end on about
+# one direction, not on one vector) and against that seed's kept arm, every seed has to meet
+# them, and no paired interval over seeds is needed:
 #
 # - **std**: the mean over dimensions of the standard deviation of the L2-normalised z (Chen & He
 #   §4.1): 0 when every image maps to one vector, about 1/√d when they spread evenly
-#   over the sphere, but also when they spread over only a few directions (it measures spread,
-#   not how many directions carry it);
+#   over the sphere, but also when they spread over only a few directions that are not aligned
+#   with the coordinate axes (it measures spread, not how many directions carry it; a few
+#   axis-aligned clusters, as in exercise 1 below, give a much lower std);
 # - **effective rank**: exp of the entropy of the energy shares of the singular values of the
-#   normalised N×d matrix: near 1 when all rows share one direction.
+#   normalised N×d matrix (uncentred): near 1 when all rows share one direction or its opposite.
 #
 # (`course_utils.evaluate.collapse_stats`; the formulas are in its docstring.)
 #
@@ -356,10 +363,12 @@ def collapse_run(job):
 def budget_run(job):
     """One objective from one seed, trained on the budget and probed (SimSiam's also read as
     ``collapse_run`` reads an arm, over its first collapse_steps steps); or ("floor", seed): that
-    seed's backbone as built, probed."""
+    seed's backbone as built, probed, and the same with BatchNorm calibrated on the probe's images."""
     name, seed = job
     if name == "floor":
-        return probe_encoder(build("SimSiam", seed)[0].encoder, probe_train, test)["linear"]
+        encoder = build("SimSiam", seed)[0].encoder
+        return {"linear": probe_encoder(encoder, probe_train, test)["linear"], "calibrated linear":
+                probe_encoder(batchnorm_calibrated(encoder, probe_train.images), probe_train, test)["linear"]}
     model, _, step = build(name, seed)
     reads = [EvalEvery(cfg.collapse_every, lambda: diagnostics(model), at_end=False, until=cfg.collapse_steps)
              ] if name == "SimSiam" else []
@@ -434,9 +443,10 @@ print(f"Seed {cfg.seed}, means over the last third of {cfg.collapse_steps} steps
       f"{final['no predictor']['effective_rank']:.2f}, uniformity {final['no predictor']['uniformity']:+.2f}. "
       f"SimSiam as designed stays off the constant: loss {late_loss('SimSiam'):+.3f}, uniformity "
       f"{kept['uniformity']:+.2f}, std {kept['std']:.3f} (1/√d = {1 / math.sqrt(cfg.dim):.3f}). But its "
-      f"effective rank is {kept['effective_rank']:.1f} of {cfg.dim}: it uses a few directions, a partial "
-      f"('dimensional') collapse that the std alone does not show (Jing et al. 2022). "
-      f"The claims are asserted below on each of the {len(cfg.seeds)} seeds.")
+      f"effective rank is {kept['effective_rank']:.1f} of {cfg.dim}: it uses a few directions, which the std "
+      f"alone does not show. That is low, but claim 2's contrastive arms land in the same range (its table), "
+      f"so this lesson does not tie it to the missing negatives (Jing et al. 2022 find such 'dimensional "
+      f"collapse' in contrastive methods too). The claims are asserted below on each of the {len(cfg.seeds)} seeds.")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -447,13 +457,20 @@ if cfg.claims:
     for s in cfg.seeds:
         kept_s, cut_s, flat_s = (final_by_seed[arm, s] for arm in ("SimSiam", "no stop-gradient", "no predictor"))
         assert cut_s["effective_rank"] < 1.2 and cut_s["std"] < 0.6 * kept_s["std"], (s, cut_s, kept_s)
+        # ... and against the fixed marks: under half of an even spread's std, and on about one
+        # direction at every read of the last third, not only in their mean
+        assert cut_s["std"] < 0.5 / math.sqrt(cfg.dim), (s, cut_s)
+        late_reads = [e for e in collapse_by_seed["no stop-gradient", s]["evals"] if e["step"] >= 2 * cfg.collapse_steps / 3]
+        assert max(e["effective_rank"] for e in late_reads) < 1.3, (s, late_reads)
         # uniformity: 0 for a constant; the cut run sits within a quarter of the kept run's distance
         # from it (a margin in the kept run's own units: seeds differ in how far the kept run spreads)
         assert cut_s["uniformity"] > kept_s["uniformity"] / 4, (s, cut_s, kept_s)
         assert cut_s["loss"] < -0.9 and kept_s["loss"] > -0.8, (s, cut_s, kept_s)
-        assert kept_s["effective_rank"] > 2 and kept_s["std"] > 0.5 / math.sqrt(cfg.dim), (s, kept_s)
+        # the kept arm spreads like an even spread by the std (over 3/4 of 1/√d), yet on a few directions
+        assert kept_s["effective_rank"] > 2 and kept_s["std"] > 0.75 / math.sqrt(cfg.dim), (s, kept_s)
+        assert kept_s["effective_rank"] < cfg.dim / 8, ("the kept run uses a few directions of d", s)
         assert flat_s["effective_rank"] < 1.2 and flat_s["loss"] < -0.9, (s, flat_s)
-        assert kept_s["effective_rank"] < cfg.dim / 8, ("the kept run's partial collapse: a few directions of d", s)
+        assert flat_s["std"] < 0.6 * kept_s["std"] and flat_s["uniformity"] > kept_s["uniformity"] / 4, (s, flat_s)
 
 # %% [markdown]
 # ### Claim 2: at one budget, SimSiam beside SimCLR and MoCo
@@ -463,14 +480,17 @@ if cfg.claims:
 # `budget_steps` SimCLR steps (steps = budget ÷ its own measured FLOPs per step, so MoCo, whose key
 # view has no backward, takes more steps), `cfg.seeds` seeds per arm, then a linear probe of the
 # backbone. The floor is the kit's one random-init floor: each seed's backbone as built, probed
-# untouched. Each comparison is paired by seed; a direction is resolved only where the 95% interval
+# untouched; beside it, for the claim that SimSiam has not left its floor, the lower of it and the
+# same backbone with BatchNorm calibrated on the probe's images (lesson 02: the choice moves a
+# ResNet's floor), seed by seed. Each comparison is paired by seed; a direction is resolved only where the 95% interval
 # excludes zero, and claimed only under the kit's rule for one run (`course_utils.compare`; the
 # preset records each claim's room).
 
 # %%
 # the runs trained with claim 1's (budget_run, above)
 budget_runs = {(name, s): evidence_runs["budget", name, s] for name in OBJECTIVES for s in cfg.seeds}
-floors = {s: evidence_runs["budget", "floor", s] for s in cfg.seeds}
+floors = {s: evidence_runs["budget", "floor", s]["linear"] for s in cfg.seeds}
+lower_floors = {s: min(floors[s], evidence_runs["budget", "floor", s]["calibrated linear"]) for s in cfg.seeds}
 
 show_table([{"objective": name, "steps": budget_runs[name, cfg.seeds[0]]["steps"],
              **{f"probe seed {s}": budget_runs[name, s]["linear"] for s in cfg.seeds},
@@ -478,7 +498,9 @@ show_table([{"objective": name, "steps": budget_runs[name, cfg.seeds[0]]["steps"
              "mean alignment": sum(budget_runs[name, s]["alignment"] for s in cfg.seeds) / len(cfg.seeds),
              "mean effective rank": sum(budget_runs[name, s]["effective_rank"] for s in cfg.seeds) / len(cfg.seeds)}
             for name in OBJECTIVES] + [{"objective": "random init (the floor)", "steps": 0,
-                                        **{f"probe seed {s}": floors[s] for s in cfg.seeds}}])
+                                        **{f"probe seed {s}": floors[s] for s in cfg.seeds}},
+                                       {"objective": "random init, the lower floor", "steps": 0,
+                                        **{f"probe seed {s}": lower_floors[s] for s in cfg.seeds}}])
 
 
 print("SimSiam per seed (effective rank, uniformity): " + ", ".join(
@@ -492,6 +514,7 @@ def probe_of(name):
 
 comparisons = {
     "SimSiam vs floor": compare_paired(probe_of("SimSiam"), floors, ("SimSiam", "random init")),
+    "SimSiam vs lower floor": compare_paired(probe_of("SimSiam"), lower_floors, ("SimSiam", "lower random init")),
     "SimCLR vs SimSiam": compare_paired(probe_of("SimCLR"), probe_of("SimSiam"), ("SimCLR", "SimSiam")),
     "MoCo vs SimSiam": compare_paired(probe_of("MoCo"), probe_of("SimSiam"), ("MoCo", "SimSiam")),
 }
@@ -514,9 +537,11 @@ plt.show()
 # to the sum of two terms, one pulling the two views together and one pushing all features apart,
 # minimised by the uniform distribution on the sphere. Their two metrics read those properties:
 # alignment (mean squared distance between the views) and uniformity (the log of the mean
-# Gaussian potential between pairs). SimSiam's loss has only a pulling term. The scatter shows
-# where each method lands; the paired comparison below asks whether SimCLR's features are the
-# more uniform.
+# Gaussian potential between pairs). SimSiam's loss has only a pulling term, and it pulls each
+# view's prediction p₁ toward the other's projection z₂, not z₁ toward z₂: the metrics read z, so
+# its z need not be the best aligned, and more negatives need not mean more uniform features at
+# this budget. The scatter shows where each method lands; the paired comparison below asks
+# whether SimCLR's features are the more uniform.
 
 # %%
 uniformity = {name: {s: budget_runs[name, s]["uniformity"] for s in cfg.seeds} for name in OBJECTIVES}
@@ -531,18 +556,24 @@ def reading(key) -> str:
     comparison = uniformity_comparison if key == "uniformity" else comparisons[key]
     if comparison.verdict == NOT_RESOLVED:
         return f"{comparison.names[0]} vs {comparison.names[1]}: not resolved at this scale"
-    unit = "" if key == "uniformity" else " probe points"
+    unit, digits = ("", 2) if key == "uniformity" else (" probe points", 1)
     scale = 1 if key == "uniformity" else 100
-    return (f"{comparison.verdict} by {scale * abs(comparison.mean):.2f}{unit} (the interval excludes zero, "
-            f"its nearer edge {comparison.room:.1f} half-widths from it: the preset says what is claimed)")
+    accepted = (cfg.verdicts or {}).get(key)
+    said = ("claimed only as not reversed" if accepted and NOT_RESOLVED in accepted
+            else "claimed" if accepted else "printed, not claimed")
+    return (f"{comparison.verdict} by {scale * abs(comparison.mean):.{digits}f}{unit} (the interval excludes "
+            f"zero, its nearer edge {comparison.room:.1f} half-widths from it: {said})")
 
 
 print(f"At the FLOPs of {cfg.budget_steps} SimCLR steps, linear probe: "
       + "; ".join(reading(k) for k in comparisons) + ".\nUniformity (higher = less spread): "
       + reading("uniformity") + ".")
-if verdicts["SimSiam vs floor"] == NOT_RESOLVED:
-    print("At this budget the probe cannot say SimSiam has learned anything it reads, although claim 1 "
-          "shows its representation staying off the constant: not collapsing is not yet learning the classes.")
+if verdicts["SimSiam vs floor"] == verdicts["SimSiam vs lower floor"] == NOT_RESOLVED:
+    print("At this budget the probe cannot say SimSiam has learned anything it reads (against either floor), "
+          "although claim 1 shows its representation staying off the constant: not collapsing is not yet "
+          "learning the classes.")
+elif verdicts["SimSiam vs floor"] != verdicts["SimSiam vs lower floor"]:
+    print("Whether SimSiam has left its random init depends on which floor it is measured from (both printed).")
 if verdicts["uniformity"] == "SimSiam > SimCLR":
     print("SimCLR's features are the more uniform; its loss has a spreading term that SimSiam's lacks "
           "(the methods also differ in heads and stop-gradient, so this does not isolate the cause).")
@@ -557,8 +588,8 @@ if cfg.verdicts is not None:
     expected = {key: v for key, v in cfg.verdicts.items() if v is not None}
     claimed = {key: uniformity_comparison if key == "uniformity" else comparisons[key] for key in expected}
     assert all(claimed[key].holds(accepted) for key, accepted in expected.items()), verdicts
-if cfg.claims:   # claim 1's design stays off the constant at every seed (collapsed: rank ~1, uniformity ~0)
-    assert all(budget_runs["SimSiam", s]["effective_rank"] > 1.2 and budget_runs["SimSiam", s]["uniformity"] < -0.3
+if cfg.claims:   # claim 1's design stays off the constant at every seed, by claim 1's marks for the kept arm
+    assert all(budget_runs["SimSiam", s]["effective_rank"] > 2 and budget_runs["SimSiam", s]["uniformity"] < -0.3
                for s in cfg.seeds), {s: budget_runs["SimSiam", s] for s in cfg.seeds}
 
 # %% [markdown]
@@ -580,8 +611,9 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   same run carry it past the goal. Its gap to SimCLR is another matter: SimCLR is ahead in the
 #   mean a quarter, half way and at the end (printed with the paired intervals, asserted), and at
 #   the end the seeds do not place SimSiam ahead (asserted; this run leaves the end not resolved,
-#   printed), so the benchmark does not show the gap closing (the two rows also differ in
-#   optimizer). A quarter of the way SimSiam is the only one of the four objectives
+#   printed), so the gap narrows in points (printed) but is not shown closed; SimCLR nears the
+#   probe's ceiling by the end, so the narrowing is not evidence of SimSiam catching up (the two
+#   rows also differ in optimizer). A quarter of the way SimSiam is the only one of the four objectives
 #   that the seeds place below the goal on shapes (the others above it or not resolved; printed
 #   and asserted; the rows differ in optimizer, in steps, since each objective's budget is what
 #   the time bought it (MAE's the most, printed), and MAE in architecture and floor,
@@ -591,11 +623,12 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   the goal trained more than half of today's steps, the run whose row missed it less than half
 #   (asserted), consistent with the committed curve. Both used SGD for SimSiam: the first run's
 #   SimSiam rows are the recipe change's SGD rows (asserted: the same numbers), trained in a later
-#   session than its other rows; the second run came after the change (by the order of the runs,
-#   not recorded in the file).
+#   session than its other rows; the second presumably used SGD too: it came after the change (by
+#   the order of the runs; the file does not record its optimizer).
 # - **Why no collapse** is not settled by this lesson: we show that the stop-gradient (and the
-#   predictor) is necessary here to avoid complete collapse, not why it is sufficient for that;
-#   nor does it prevent the partial, dimensional collapse of claim 1. BYOL relies on the same predictor and
+#   predictor) is necessary here to keep the features off a single direction, not why it is
+#   sufficient for that; nor does the lesson show that SimSiam's low effective rank differs from
+#   the contrastive arms' at this budget. BYOL relies on the same predictor and
 #   stop-gradient, with a momentum target on top; VICReg and Barlow Twins avoid collapse another
 #   way, with explicit variance and decorrelation terms in the loss.
 # - **Recipe.** The arms share an optimizer (AdamW with the preset's `weight_decay`); the papers tune each
@@ -605,9 +638,10 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed (collap
 #   every number here: the kit's SSL benchmark later gave SimSiam SGD (its paper's momentum and
 #   weight decay, a learning rate searched on development seeds, but on the benchmark's probe
 #   images, one run per setting), because with this lesson's AdamW
-#   its real-photo textures row fell short of the benchmark's goal; on shapes SGD resolved below
-#   AdamW (both printed below, each as the kit's paired verdict over the seeds the change was made
-#   on). The SGD runs also bought fewer steps in the same core-seconds (the ratio is printed and
+#   its real-photo textures row fell short of the benchmark's goal; on shapes SGD came out below
+#   AdamW, resolved but with its interval's nearer edge close to zero, so claimed only as not
+#   reversed (both printed below, each as the kit's paired verdict over the seeds the change was
+#   made on). The SGD runs also bought fewer steps in the same core-seconds (the ratio is printed and
 #   asserted below one), so the optimizer and the steps are not separated there either; the AdamW
 #   rows come from the declared three-seed run and the SGD rows from a later rerun of those seeds,
 #   so the two may also differ in the machine's load. On those seeds, SimSiam gained at least the
@@ -697,11 +731,14 @@ else:
     print("the recipe change, SGD's steps over AdamW's, same seed and core-seconds: "
           + ", ".join(f"{r:.2f}" for r in step_ratios))
     # claims: with either optimizer at least the goal on shapes on every seed; SGD bought fewer
-    # steps; with AdamW the textures row fell short of the goal; on shapes SGD cost points
+    # steps; with AdamW the textures row fell short of the goal; on shapes SGD is not above AdamW
+    # (its interval's nearer edge stood under a half-width from zero: by the kit's rule for one
+    # run, a not-reversed claim: the mean on AdamW's side, and no verdict for SGD)
     assert min(r["linear_gain_points"] for row in (adamw, sgd) for r in row["seeds"].values()) >= goal
     assert max(step_ratios) < 1, step_ratios
     assert change["superseded_rows"]["textures-recoloured_simsiam"]["goal_verdict"] == below
-    assert change["rerun_versus_superseded"]["shapes_simsiam"]["verdict"] == "superseded > rerun"
+    shapes_versus = change["rerun_versus_superseded"]["shapes_simsiam"]
+    assert shapes_versus["mean_points"] < 0 and shapes_versus["verdict"] != "rerun > superseded", shapes_versus
 
 # %% [markdown]
 # ## Exercises

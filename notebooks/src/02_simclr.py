@@ -24,6 +24,7 @@ SCALE = os.environ.get("COURSE_SCALE") or auto_scale()  # "gpu" on a CUDA runtim
 STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your exercises' numbers are drawn from it
 
 # %%
+import copy
 import math
 import time
 
@@ -32,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.augment import SimCLRAugment
-from course_utils.compare import NOT_RESOLVED, compare_paired, not_reversed
+from course_utils.compare import NOT_RESOLVED, compare_paired, not_reversed, t95
 from course_utils.data import load_dataset
 from course_utils.evaluate import (alignment_uniformity, batchnorm_calibrated, extract_features, knn_accuracy,
                                    linear_probe, view_embeddings)
@@ -60,7 +61,7 @@ cfg = config(
             ledger_batches=[8, 16, 32], gc_batch=16, gc_chunk=4, gc_tile=8, gc_sweep=[8, 32, 256],
             gc_budget_mb=8, train_limit=512, probe_train=256, probe_test=256, dataset="shapes"),
     # default: the main run trains 500 steps; its ablation arms (no colour, the temperatures and
-    # their seeds) 200 each, the recipe's arm read off the main run: about 2 minutes alone
+    # their seeds) 200 each, the recipe's arm read off the main run
     default=dict(image_size=16, width=16, blocks=(1, 1, 1),
                  batch=128, steps=500, ablation_steps=200, lr=2e-3,
                  temperature=0.2,                  # the main run's T (lesson 05's SimCLR uses the same)
@@ -112,7 +113,7 @@ train = load_dataset(cfg.dataset, "train", image_size=cfg.image_size, device=dev
 test = load_dataset(cfg.dataset, "test", image_size=cfg.image_size, device=device,
                     download=SCALE == "gpu", limit=cfg.probe_test)
 probe_train = train.subset(cfg.probe_train, seed=1)
-# The recipe per scale is in cfg (printed below); on "shapes", colour and orientation are random
+# The recipe per scale is in cfg (the augmentation is printed with the views below); on "shapes", colour and orientation are random
 # per image, so the default scale adds quarter turns and keeps crops large (not ablated here).
 augment = SimCLRAugment(cfg.image_size, crop_scale=cfg.crop_scale, color_strength=cfg.color_strength,
                         rotate=cfg.rotate)
@@ -266,7 +267,7 @@ ax.set_xlabel("batch N (images; 2N views)"); ax.set_ylabel("MB"); ax.legend(); p
 # NBVAL_CHECK_OUTPUT
 per_image = [r["activation KB per image"] for r in ledger_rows]
 assert all(r["views encoded"] == 2 * r["N"] for r in ledger_rows)
-# ∝ N once the loss's own 2N×2N similarities (measured alone) are taken out
+# ∝ N once what the loss keeps (measured alone: its 2N×2N logits and mask, and its 2N×d inputs) is taken out
 encoder_kept = [r["activation MB"] * 1e6 - nt_xent_kept_bytes(r["N"], EMBED_DIM, temperature=cfg.temperature)
                 for r in ledger_rows]
 batch_sizes = [r["N"] for r in ledger_rows]
@@ -279,7 +280,8 @@ assert all(abs(e - (per_image_bytes * n + fixed_bytes)) <= 1e-6 * e for n, e in 
 assert 0 <= fixed_bytes < per_image_bytes, "what does not grow with N is under one image's share"
 loss_share = {r["N"]: nt_xent_kept_bytes(r["N"], EMBED_DIM, temperature=cfg.temperature) / (r["activation MB"] * 1e6)
               for r in ledger_rows}
-print("the loss's 2N×2N terms, share of what the step keeps for backward: "
+print("what the loss keeps (its 2N×2N logits and mask, plus its 2N×d inputs), share of what the step keeps "
+      "for backward: "
       + ", ".join(f"N = {n}: {share:.1%}" for n, share in loss_share.items()))
 assert all(a < b for a, b in zip(loss_share.values(), list(loss_share.values())[1:])), "the share grows with N"
 assert len({round(r["resident MB"], 9) for r in ledger_rows}) == 1, "identity: one model, one resident state"
@@ -293,9 +295,10 @@ assert len({round(r["resident MB"], 9) for r in ledger_rows}) == 1, "identity: o
 # would) and the same random-init encoder. The micro-batches would also change BatchNorm's batch
 # statistics, a second difference between the arms; so the comparison runs twice, once with
 # BatchNorm on fixed running statistics (eval mode: every image is processed on its own, and the
-# arms differ only in the candidates) and once in training mode, as a real step runs. At random
-# init the loss sits near log(candidates), so if the candidates are what changes the loss, the gap
-# between the two losses should be close to log((2N−1)/(2N/k−1)):
+# arms differ only in the candidates) and once in training mode, as a real step runs. If the
+# number of candidates is what changes the loss (each anchor's candidates spread alike in both
+# arms), the gap between the two losses should be close to the change in log(candidates),
+# log((2N−1)/(2N/k−1)):
 
 # %%
 n, k = cfg.batch, cfg.accumulation
@@ -382,8 +385,8 @@ assert bn_train_gap > 100 * max(bn_eval_gap, 1e-7), "with batch statistics the a
 # a forward pass in train mode, no gradient, cumulative averages). How far that moves the floor is
 # printed below, as context; the gain is claimed, as everywhere in the kit, against the untouched
 # encoder of the same seed. The main recipe trains from `main_seeds` seeds, each paired with its
-# own random init. The two ablations below are shorter runs of `ablation_steps` steps each, so
-# that two arms of one seed differ in one thing. Their recipe arm (the main temperature, colour
+# own random init. The two ablations below are shorter runs of `ablation_steps` steps each (to keep
+# the lesson minutes long); within one seed their arms differ in one thing. Their recipe arm (the main temperature, colour
 # jitter) is the main run of the same seed as it was after `ablation_steps` steps: same initial
 # weights, data order and augmentation draws, so the same run, snapshotted on its way rather than
 # trained a second time (at CI scale the lesson trains that arm again as a run of its own, and the
@@ -454,6 +457,27 @@ def without_colour(images, generator):
     return view
 
 
+def start_terms(model, seed):
+    """The first step's loss on that step's own batch and views (a copy of the model in training
+    mode, as the step runs it, so the run's BatchNorm statistics are untouched), split per anchor
+    as ℓ − log(2N−1) = Jensen's gap − pull: Jensen's gap is the log-sum-exp of the anchor's 2N−1
+    candidate logits minus log(2N−1) minus their mean (never negative), the pull how far the
+    positive's logit stands above that mean."""
+    images = next(iter(train.batches(cfg.batch, seed=seed)))[0]
+    generator = torch.Generator().manual_seed(seed)     # the step's own generator: the same views
+    views = augment(images, generator), augment(images, generator)
+    with torch.no_grad():
+        z = F.normalize(copy.deepcopy(model).embed(torch.cat(views)), dim=1)   # 2N×d
+    n2 = z.shape[0]
+    logits = z @ z.T / model.temperature
+    candidates = logits[~torch.eye(n2, dtype=torch.bool, device=z.device)].reshape(n2, n2 - 1)
+    positive = logits[torch.arange(n2), (torch.arange(n2) + n2 // 2) % n2]
+    mean = candidates.mean(1)
+    jensen = (torch.logsumexp(candidates, 1) - math.log(n2 - 1) - mean).mean().item()
+    pull = (positive - mean).mean().item()
+    return {"jensen": jensen, "pull": pull, "loss": math.log(n2 - 1) + jensen - pull}
+
+
 def lesson_run(job):
     """("floor", seed): that seed's encoder as built, probed untouched and calibrated;
     ("recipe", seed): the main recipe from that seed, trained `steps` steps and probed, with its
@@ -471,11 +495,13 @@ def lesson_run(job):
         return ({"seed": seed, "BatchNorm": "as built (the kit's floor)", **probes(encoder)},
                 {"seed": seed, "BatchNorm": "calibrated", **probes(calibrated_copy(encoder))})
     model = build_simclr(seed=seed)
+    start = start_terms(model, seed)
     run = simclr_run(model, augment, seed=seed, progress=step_bars())
     recipe_arm = (snapshot(model, run(cfg.ablation_steps).history.series("loss"))
                   if (cfg.temperature, seed) in ablation_recipe_arms else None)
     history = run(cfg.steps).history
-    result = {"probes": probes(model.encoder), "first_loss": history.series("loss")[0], "recipe arm": recipe_arm}
+    result = {"probes": probes(model.encoder), "first_loss": history.series("loss")[0], "start": start,
+              "recipe arm": recipe_arm}
     return {**result, "history": history, "model": model} if seed == cfg.seed else result
 
 
@@ -558,10 +584,18 @@ print(f"after {cfg.steps} steps, linear probe, " + main_comparison["linear"].des
       + (f" (asserted: a mean gain of at least {100 * cfg.min_probe_gain:.0f} points)"
          if cfg.min_probe_gain is not None else ""))
 print(f"after {cfg.steps} steps, kNN probe,    " + main_comparison["knn"].describe(100, " points"))
+start_by_seed = {s: first["recipe", s]["start"] for s in main_seed_list}
+print("the first step's loss − log(2N−1) = Jensen's gap − pull, per main seed: "
+      + "; ".join(f"{t['jensen']:.3f} − {t['pull']:.3f}" for t in start_by_seed.values()))
+# identity: the split is of the first step's own loss (its batch, its views, its BatchNorm mode)
+assert all(abs(start_by_seed[s]["loss"] - first["recipe", s]["first_loss"]) < 1e-4 for s in main_seed_list), \
+    (start_by_seed, {s: first["recipe", s]["first_loss"] for s in main_seed_list})
 if cfg.start_above_chance:               # the default scale's shapes data (see the prose below)
     first_losses = {s: first["recipe", s]["first_loss"] for s in main_seed_list}
-    assert all(v > math.log(2 * cfg.batch - 1) for v in first_losses.values()), \
-        ("at this init the candidates' spread outweighs the positive, every main seed", first_losses)
+    assert all(v > math.log(2 * cfg.batch - 1) for v in first_losses.values()), first_losses
+    # why: the positive is closer than the average candidate (pull > 0), yet the candidates'
+    # spread outweighs it (Jensen's gap > pull), at every main seed
+    assert all(0 < t["pull"] < t["jensen"] for t in start_by_seed.values()), start_by_seed
 if cfg.min_probe_gain is not None:      # CI trains a few steps: nothing to claim there
     assert losses[-1] < losses[0], "the contrastive loss must fall"
     assert main_comparison["linear"].verdict == "SimCLR > random init", main_comparison["linear"].describe(100)
@@ -590,9 +624,12 @@ if cfg.knn_verdict is not None:         # the kNN probe does not contradict the 
 # same code but asserts none of these claims yet: no GPU run of this lesson has set its thresholds.
 #
 # The start of the run is above the chance level log(2N−1) (asserted at default scale, for every
-# main seed's first step): at this
-# initialisation the spread of each anchor's candidate similarities (Jensen's gap) outweighs how
-# much closer the positive is than the average candidate (the bound in the evidence above).
+# main seed's first step). Why: the first step's loss minus log(2N−1) is, exactly, the spread
+# of each anchor's candidate logits (Jensen's gap: their log-sum-exp minus log(2N−1) minus their
+# mean, never negative) minus how far the positive stands above the average candidate (the
+# pull). Both are printed above for each main seed, on that step's own batch and views: the
+# positive is already closer than the average candidate, but the spread is larger (both
+# asserted at default scale).
 
 # %% [markdown]
 # ### Temperature: an identity, then an experiment
@@ -601,7 +638,9 @@ if cfg.knn_verdict is not None:         # the kNN probe does not contradict the 
 # any fixed row of similarities, the share of that weight on the k most similar (hardest)
 # negatives can only grow as T falls: lowering T multiplies every logit gap by the same larger
 # factor. That is arithmetic, not a finding about SimCLR, so the table below (on the trained
-# encoder's projections of one batch) illustrates it and its assert only checks the arithmetic:
+# encoder's projections of one batch) illustrates it and its assert only checks the arithmetic.
+# The table reads the share among the negatives alone (the softmax over them, the positive left
+# out); its loss column is each T's own scale, printed for reference, not compared across T:
 
 # %%
 with torch.no_grad():
@@ -613,19 +652,21 @@ n2 = zz.shape[0]
 neg_mask = ~torch.eye(n2, dtype=torch.bool, device=zz.device)
 neg_mask[torch.arange(n2), (torch.arange(n2) + n2 // 2) % n2] = False   # drop the positives
 sims = (zz @ zz.T)[neg_mask].reshape(n2, -1)                                # 2N × (2N-2) negatives
-top = max(1, sims.shape[1] // 10)
+top = max(1, sims.shape[1] // 10)                                        # the hardest tenth
+TOP_SHARE = f"weight on the hardest {top} of {sims.shape[1]} negatives"
 temp_rows = []
 for t in (0.05, 0.1, 0.2, 0.5, 1.0):
     w = (sims / t).softmax(dim=1)
     temp_rows.append({"T": t, "loss": nt_xent_loss(zz[: n2 // 2], zz[n2 // 2:], t).item(),
-                      "weight on hardest 10% of negatives": w.topk(top, dim=1).values.sum(1).mean().item()})
+                      TOP_SHARE: w.topk(top, dim=1).values.sum(1).mean().item()})
 show_table(temp_rows)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-shares = [r["weight on hardest 10% of negatives"] for r in temp_rows]
+shares = [r[TOP_SHARE] for r in temp_rows]
 assert all(a >= b - 1e-6 for a, b in zip(shares, shares[1:])), "identity: top-k softmax mass is monotone in 1/T"
-assert shares[-1] >= top / sims.shape[1] - 1e-6, "identity: the top 10% never get less than 10% of the weight"
+assert shares[-1] >= top / sims.shape[1] - 1e-6, \
+    "identity: the hardest k of the 2N−2 negatives never get less than k/(2N−2) of their weight"
 
 # %% [markdown]
 # Whether that focus makes a *better representation* is an empirical question. To ask it, SimCLR
@@ -675,16 +716,19 @@ print(f"linear probe after {cfg.ablation_steps} steps, mean of {cfg.temperature_
       f"{100 * mean_linear[t_low]:.1f}% at T={t_low}, {100 * mean_linear[t_high]:.1f}% at T={t_high}")
 print(f"seed spread of the trained probe: {100 * trained_probe_seed_spread:.1f} points "
       f"(random init, {floor_name}: {100 * floor_spread:.1f} points)")
-print("linear probe, " + temperature_comparison.describe(100, " points"))
+print("linear probe, " + temperature_comparison.describe(100, " points")
+      + f"; Student's t at {cfg.temperature_seeds - 1} degrees of freedom: {t95(cfg.temperature_seeds - 1):.2f}")
+print(f"for scale, not a part of that interval: one probe accuracy near {100 * mean_linear[cfg.temperature]:.0f}% "
+      f"on {len(test)} test images has a binomial standard error of about "
+      f"{100 * math.sqrt(mean_linear[cfg.temperature] * (1 - mean_linear[cfg.temperature]) / len(test)):.1f} "
+      "points: a single probe's resolution, for context")
 # the short runs against the floor, seed by seed (same initial weights; only the training differs)
 short_run_comparison = compare_paired({s: temperature_runs[cfg.temperature, s]["linear"] for s in temperature_seed_list},
                                       {r["seed"]: r["linear"] for r in floor_rows if r["seed"] in temperature_seed_list},
                                       names=("SimCLR", "random init"), resolution=1 / len(test))
 print(f"after {cfg.ablation_steps} steps at T={cfg.temperature}, against the floor ({floor_name}): "
       + short_run_comparison.describe(100, " points")
-      + " (printed, not claimed: the lesson's gain is the main run's)"
-      + f"; one probe's own standard error on {len(test)} test images: about "
-      f"{100 * math.sqrt(mean_linear[t_low] * (1 - mean_linear[t_low]) / len(test)):.1f} points")
+      + " (printed, not claimed: the lesson's gain is the main run's)")
 
 # %%
 if cfg.short_run_verdict is not None:
@@ -723,7 +767,12 @@ for what, comparison in (("uniformity", uniformity_comparison), ("alignment", al
                ("alignment", False): "the two views' projections sit closer together",
                ("uniformity", True): "the projections are less spread over the sphere",
                ("uniformity", False): "the projections are more spread over the sphere"}[what, higher]
-        print(f"{what}: {comparison.verdict}: at T={t_high} {how} than at T={t_low}")
+        if comparison.room >= 1:
+            print(f"{what}: {comparison.verdict}: at T={t_high} {how} than at T={t_low}")
+        else:
+            print(f"{what}: {comparison.verdict}, but its interval's nearer edge stands only "
+                  f"{comparison.room:.1f} half-widths from zero (the kit claims a direction from 1): "
+                  f"read as not reversed, not as 'at T={t_high} {how}'")
         if what == "uniformity" and not higher:
             print("  (the opposite of the direction Wang & Liu report after full training; "
                   + ("asserted at this budget)" if cfg.geometry_verdicts and cfg.geometry_verdicts["uniformity"]
@@ -738,8 +787,8 @@ if cfg.geometry_verdicts is not None:   # as the default run measured them (None
 # %% [markdown]
 # The claim about the geometry at the default scale is one direction, held to the kit's rule for
 # one run (`course_utils.compare`: the preset records its room): **the two views' projections
-# do not sit closer together at the higher temperature** (the lower temperature is not resolved
-# above it in alignment; asserted in the cell above). Whether the interval places them further
+# do not sit closer together at the higher temperature** (the higher temperature's alignment, a
+# distance, is not resolved below the lower one's; asserted in the cell above). Whether the interval places them further
 # apart, and how far its nearer edge stands from zero, is printed above; uniformity is printed,
 # not claimed.
 #
@@ -747,9 +796,9 @@ if cfg.geometry_verdicts is not None:   # as the default run measured them (None
 # same-seed difference, its 95% interval and the verdict, and claims nothing either way: a
 # "not resolved" would not be evidence that the temperature does not matter, and is not asserted
 # either, since another draw of seeds could resolve it (the kit's rule).
-# The interval is wide because the same-seed differences themselves vary (printed), partly
-# because one probe accuracy on the test images carries its own standard error (printed), and
-# because three seeds give Student's t a large factor. The second comparison printed there sets
+# The interval is wide because the same-seed differences themselves vary (printed) and because
+# `temperature_seeds` seeds give Student's t a large factor (printed beside the interval); one
+# probe accuracy's own standard error on the test images is printed there too, for scale. The second comparison printed there sets
 # the short runs against the floor, seed by seed; the lesson claims nothing from it (its interval
 # is printed); the gain it does claim is the main run's, after `steps` steps, above. The identity above says where the gradient's weight goes; it does not say that
 # focusing it on the hardest negatives *helps the representation*, and this budget cannot tell.
@@ -829,9 +878,11 @@ print("linear probe (shape), " + colour_comparison.describe(100, " points"))
 # each arm against its own seed's untouched initial weights (the kit's floor): where training stands
 over_floor = {arm: {s: 100 * (runs[s]["linear"] - floor_by_seed[s]["linear"]) for s in temperature_seed_list}
               for arm, runs in (("jitter", jitter_runs), ("no colour", no_colour_runs))}
+NEAR_FLOOR_POINTS = 10   # "the very start of training": each arm this close to its own floor
 for arm, gains in over_floor.items():
     print(f"{arm} minus its seed's random init, shape probe, per seed: "
-          + ", ".join(f"{g:+.1f}" for g in gains.values()) + " points")
+          + ", ".join(f"{g:+.1f}" for g in gains.values()) + " points"
+          + (f" (all within {NEAR_FLOOR_POINTS} points of it)" if max(map(abs, gains.values())) < NEAR_FLOOR_POINTS else ""))
 
 # %%
 if cfg.min_shortcut_loss_gap is not None:
@@ -840,8 +891,8 @@ if cfg.min_shortcut_loss_gap is not None:
         "a linear map still reads most of the colour off the jitter arm's features"
 if cfg.colour_verdict is not None:   # the no-colour arm is not resolved above the jitter arm
     assert colour_comparison.holds(cfg.colour_verdict), colour_comparison.describe(100)
-    # both arms are still at the start of training: each seed within ten points of its floor
-    assert max(abs(g) for gains in over_floor.values() for g in gains.values()) < 10, over_floor
+    # both arms are still at the start of training: each seed near its floor
+    assert max(abs(g) for gains in over_floor.values() for g in gains.values()) < NEAR_FLOOR_POINTS, over_floor
 if cfg.colour_r2_z_verdict is not None:
     assert colour_r2_z_comparison.holds(cfg.colour_r2_z_verdict), colour_r2_z_comparison.describe(100)
 
@@ -856,10 +907,15 @@ if cfg.colour_r2_z_verdict is not None:
 # another (this run's verdict and interval are printed above). So the lesson claims only what
 # both share, asserted at default scale: **the no-colour arm does not resolve above the jitter
 # arm**. It does not claim the size of the cost: few seeds give Student's t a large factor, and
-# `ablation_steps` steps are the very start of training, where both arms are still within ten
-# points of their own seed's random-init floor (each arm minus it, per seed, printed above and
-# asserted at default scale). Chen et al. (2020, §3 and Fig. 5) find colour distortion worth many points of
+# `ablation_steps` steps are the very start of training, where both arms are still near their own
+# seed's random-init floor (each arm minus it, per seed, printed above with the margin asserted at
+# default scale, `NEAR_FLOOR_POINTS`). Chen et al. (2020, §3 and Fig. 5) find colour distortion worth many points of
 # ImageNet linear accuracy after full-length training: cited, not reproduced here.
+#
+# The table's alignment and uniformity are read on the lesson's fixed diagnostic views, which
+# are colour-jittered: outside what the no-colour arm trained on, so its figures there are not
+# compared with the jitter arm's. At this budget an arm can also sit below its own seed's floor
+# (the per-seed distances printed above have either sign).
 #
 # Whether the no-colour features keep *more colour* is what the colour R² asks (a ridge map from
 # the backbone's features to each image's mean colour); its paired verdict is printed and not
@@ -882,11 +938,13 @@ if cfg.colour_r2_z_verdict is not None:
 # ## More candidates without more back-propagated images: gradient caching and a tiled loss
 #
 # **The problem.** Accumulation above cut the "kept for backward" line by k and took the candidates
-# with it. The source's sentence says it need not: *needing more things to compare against does not
+# with it. The source text this course follows (the lesson plan's Chinese original) says it need not: *needing more things to compare against does not
 # have to mean back-propagating through more images at once.* Lesson 03 answers with history
-# (MoCo, candidates from earlier steps). Two answers keep this step's batch; both give the
-# full-batch loss and gradient exactly for an encoder without batch-dependent layers (with
-# BatchNorm they do not: see the boundary of this section).
+# (MoCo, candidates from earlier steps). Two answers keep this step's batch and give the
+# full-batch loss and gradient: the tiled loss exactly, whatever the encoder (it changes only how
+# the loss is computed from the same z), gradient caching exactly only for an encoder without
+# batch-dependent layers (with BatchNorm its chunks are normalised apart: see the boundary of this
+# section).
 #
 # **The mechanism.**
 # - *Gradient caching* (Gao et al., 2021). The loss couples the images only through their
@@ -929,7 +987,7 @@ for method in GC_METHODS:
     gc_records[method] = rec
     gc_rows.append({"method": method, "views encoded": rec.encoded["views encoded"],
                     "of them repeated": rec.re_encoded.get("views encoded", 0),
-                    "candidates/anchor": 2 * cfg.gc_batch // (k if method == "accumulation" else 1) - 1,
+                    "candidates/anchor (computed)": 2 * cfg.gc_batch // (k if method == "accumulation" else 1) - 1,
                     "kept for backward MB": rec.activation_bytes / 1e6, "GFLOPs": rec.flops / 1e9})
 show_table(gc_rows)
 cached_vs_accumulation = gc_records["gradient caching"].activation_bytes / gc_records["accumulation"].activation_bytes
@@ -1138,8 +1196,8 @@ assert caching_gain > 2 and tiling_gain > 2, "each method more than doubles the 
 # - The extra forward pass: gradient caching's FLOPs are the naive step's plus one more forward of
 #   the encoder (asserted within 5% above). Accumulation is cheaper when fewer candidates are acceptable; MoCo is
 #   cheaper still when the candidates may be old: none of its K cached keys is re-encoded or
-#   back-propagated this step (each costs a cache slot of d floats plus 16 bytes of bookkeeping
-#   and, lesson 03 measures, a
+#   back-propagated this step (each costs a cache slot of d floats plus two int64s of bookkeeping,
+#   its age and item id, and, lesson 03 measures, a
 #   logits column and a queue row kept for backward); only the batch's B new keys pass the key
 #   encoder, forward only, whereas gradient caching still encodes all 2N views, twice.
 # - BatchNorm makes gradient caching inexact and, we argue, leaky (an argument, not measured here:
@@ -1160,8 +1218,9 @@ assert caching_gain > 2 and tiling_gain > 2, "each method more than doubles the 
 # ## The boundary
 #
 # - The linear growth of activations is for a fixed encoder and image size. The 2N×2N similarity
-#   matrix is quadratic in N: its share of what the step keeps is printed with the ledger above
-#   and grows with N (asserted); the gradient-caching sweep shows it setting caching's peak at the
+#   matrix is quadratic in N: what the loss keeps (that matrix with its mask, plus the 2N×d
+#   embeddings it reads) is printed as a share of the step with the ledger above, and the share
+#   grows with N (asserted); the gradient-caching sweep shows it setting caching's peak at the
 #   largest N.
 # - Gradient accumulation is exact only for a per-sample loss on a model without batch-dependent
 #   layers. A contrastive loss loses candidates; a BatchNorm model changes its normalisation
@@ -1191,9 +1250,9 @@ assert caching_gain > 2 and tiling_gain > 2, "each method more than doubles the 
 # Two of the three are *predict, then measure*: you write a number or a formula first, and the
 # test cells run the kit's step (`make_step`, `measure`) on your configuration and compare. The
 # configuration (batch, micro-batches, temperature, chunk size) is drawn from `STUDENT_ID` in the
-# parameters cell, so your numbers are your own; the encoder of the exercises is this lesson's
+# parameters cell, so your numbers are your own. Exercise 3's encoder is this lesson's
 # `SmallResNet` + projection head at width 4 on 8-pixel images, whatever the scale (small, so
-# that the checks take seconds).
+# that the checks take seconds); exercises 1 and 2 work on embeddings directly.
 #
 # When graded, a function you write runs on its own: with Python (`math` included), `torch` and
 # `numpy`, but not the kit (`course_utils`), plus the helpers you define in your own cells, on
@@ -1382,7 +1441,7 @@ _expected = torch.stack([torch.logsumexp(_s[i][_keep[i]], 0) - _s[i, _p[i]] for 
 check_close(float(decoupled_nt_xent(_z1, _z2, 0.3)), float(_expected), rtol=1e-9,
             what="decoupled loss of random embeddings (N=7, d=5, T=0.3)")
 assert float(decoupled_nt_xent(_z1, _z2, 0.3)) < float(nt_xent_loss(_z1, _z2, 0.3)), \
-    "removing the positive from the denominator lowers every anchor's loss"
+    "removing the positive from the denominator lowers the mean loss (every anchor's term, in fact)"
 
 # %% [raw]
 # # END TESTS
@@ -1443,7 +1502,7 @@ assert gc_kept_bytes(1000, 4, 5000) == 8000 and gc_kept_bytes(1000, 4, 9000) == 
 
 # %%
 headline(
-    activation_kb_per_image=per_image[-1],
+    encoder_activation_bytes_per_image=per_image_bytes,
     accumulation_activation_ratio=activation_ratio,
     accumulation_loss_gap=accumulation_loss_gap,
     accumulation_loss_gap_fixed_bn=accumulation_loss_gap_fixed_bn,
@@ -1457,15 +1516,24 @@ headline(
     probe_gain=probe_gain,
     probe_gain_interval_low=main_comparison["linear"].interval[0],
     temperature_probe_gap=temperature_probe_gap,
-    temperature_probe_gap_standard_error=temperature_comparison.standard_error,
+    temperature_probe_gap_interval=list(temperature_comparison.interval),
+    temperature_probe_verdict=temperature_comparison.verdict,
+    alignment_verdict=alignment_comparison.verdict,
+    alignment_room=alignment_comparison.room,         # under 1: claimed only as not reversed
     temperature_probe_seed_spread=trained_probe_seed_spread,
     colour_shortcut_loss_gap=shortcut_loss_gap,
     colour_r2_random_init=floor_colour_r2,
     colour_r2_jitter=seed_mean(jitter_runs, "colour R²"),
     colour_r2_no_colour=seed_mean(no_colour_runs, "colour R²"),
+    colour_r2_verdict=colour_r2_comparison.verdict,
+    colour_r2_z_jitter=seed_mean(jitter_runs, "colour R² (z)"),
+    colour_r2_z_no_colour=seed_mean(no_colour_runs, "colour R² (z)"),
+    colour_r2_z_verdict=colour_r2_z_comparison.verdict,
     probe_no_colour=seed_mean(no_colour_runs, "linear"),
     colour_probe_gap=colour_probe_gap,
-    colour_probe_gap_standard_error=colour_comparison.standard_error,
+    colour_probe_gap_interval=list(colour_comparison.interval),
+    colour_probe_verdict=colour_comparison.verdict,
+    colour_probe_room=colour_comparison.room,          # claimed only as not reversed (see the preset)
     gc_largest_n_naive=largest["naive"],
     gc_largest_n_caching=largest["gradient caching"],
     gc_largest_n_caching_tiled=largest["gradient caching + tiled"],

@@ -24,6 +24,7 @@ SCALE = os.environ.get("COURSE_SCALE") or auto_scale()  # "gpu" on a CUDA runtim
 STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your exercises' numbers are drawn from it
 
 # %%
+import math
 import time
 
 import matplotlib.pyplot as plt
@@ -35,7 +36,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from course_utils.augment import SimCLRAugment
 from course_utils.data import load_dataset
 from course_utils.evaluate import batchnorm_calibrated, probe_encoder
-from course_utils.compare import NOT_RESOLVED, compare_paired
+from course_utils.compare import NOT_RESOLVED, compare_paired, not_reversed
 from course_utils.ledger import measure, utilisation
 from course_utils.models import MLP, Attention, ProjectionHead, SmallResNet, ViT, count_parameters
 from course_utils.objectives import MAE, MoCo, SimCLR, Supervised, make_step
@@ -109,7 +110,8 @@ num_classes = len(train.classes)
 # different place — on extra views, on a key encoder without backward, on fewer patches (MoCo's
 # queue of old keys costs memory, and almost no FLOPs) — so the same budget buys very different
 # numbers of steps and of images seen. And a fixed budget must be split between model size and training
-# length: too large a model gets too few steps, too small a model cannot use the data it is given.
+# length: the usual account (cited here, not isolated below) is that too large a model gets too few
+# steps and too small a model cannot use the data it is given.
 
 # %% [markdown]
 # ## The mechanism
@@ -262,7 +264,7 @@ assert rec["MAE"].encoded["encoder tokens"] == cfg.batch * int(L * visible)  # t
 assert rec["MoCo"].cache_bytes >= queue_size * key_dim * 4 and rec["SimCLR"].cache_bytes == 0
 assert vit_parts["MAE"]["total"] == rec["MAE"].flops                          # one counter, two readings
 # two views through one encoder, both with backward: about twice one view, by construction
-assert rec["SimCLR"].activation_bytes > 1.8 * rec["supervised ResNet"].activation_bytes
+assert 1.8 < rec["SimCLR"].activation_bytes / rec["supervised ResNet"].activation_bytes < 2.2
 assert 1.9 < flops_vs_supervised["SimCLR"] < 2.2, flops_vs_supervised
 # MoCo's queue costs memory and almost no FLOPs: its logits, q·queueᵀ forward and its gradient
 # for q backward, are 4·B·K·d of the step (CI's encoder is too small for "almost")
@@ -272,10 +274,14 @@ if cfg.queue_flops_max is not None:
 # under no_grad, so they keep nothing for backward; the key view, forward only, adds about a third
 # of one trained view (a forward is about a third of forward + backward), plus the projector and
 # queue logits
-assert rec["MoCo"].activation_bytes < 0.7 * rec["SimCLR"].activation_bytes
+# (MoCo keeps what one trained view keeps, plus its projector and queue logits: less than half a
+# view's worth above the supervised step, where a key encoder keeping its activations would add one)
+view_kept = rec["SimCLR"].activation_bytes - rec["supervised ResNet"].activation_bytes
+assert rec["MoCo"].activation_bytes - rec["supervised ResNet"].activation_bytes < 0.5 * view_kept
 assert 1.25 < flops_vs_supervised["MoCo"] < 1.5, flops_vs_supervised
-# evidence: the measured MAE encoder FLOPs against the formula's
-assert abs(mae_blocks_measured / mae_blocks_predicted - 1) < 0.01, (mae_blocks_measured, mae_blocks_predicted)
+# identity, not evidence: the blocks' matmul FLOPs scale exactly with tokens (linear layers) and
+# tokens² (attention), and there is no class token, so the formula is the counter's number
+assert math.isclose(mae_blocks_measured, mae_blocks_predicted, rel_tol=1e-9), (mae_blocks_measured, mae_blocks_predicted)
 
 # %%
 print(f"Per image, against the supervised run of the same backbone: SimCLR spends "
@@ -439,13 +445,10 @@ if cfg.labels_win:         # within one backbone, the labels win at the last bud
     for name in SSL_BASELINE:
         c = labels_vs_ssl[(name, last)]
         assert c.verdict == c.direction, (name, c.describe())
-def above(c):
-    return c.verdict == c.direction
-
-
-if cfg.not_all_above_floor:   # no ranking: at the last budget not every objective has left its floor,
-    for group in (left_floor, left_lower_floor):   # against either floor
-        assert not all(above(group[(n, last)]) for n in SSL_BASELINE), group
+if cfg.not_all_above_floor:   # no ranking: at the last budget not every objective has left its floor:
+    for group in (left_floor, left_lower_floor):   # MAE carries it, against either floor
+        mae_vs_floor = group[("MAE", last)]
+        assert mae_vs_floor.holds(not_reversed(f"{mae_vs_floor.names[1]} > MAE")), mae_vs_floor.describe()
 # MAE's steps have fewer FLOPs than the supervised ViT's, so the same budget buys it more steps
 assert flops_vs_supervised["MAE"] < 1 and mae_vs_vit_steps > 1, (flops_vs_supervised["MAE"], mae_vs_vit_steps)
 if cfg.supervised_learns:  # ... and the supervised runs do learn, more by the last budget than the first
@@ -454,10 +457,21 @@ if cfg.supervised_learns:  # ... and the supervised runs do learn, more by the l
             assert c.verdict == c.direction, (sup, c.describe())
 
 # %%
-resolved = [f"{name} {'above' if c.mean > 0 else 'below'} it at {b:g} GFLOPs ({c.mean:+.1f} points)"
-            for (name, b), c in left_floor.items() if c.verdict != NOT_RESOLVED]
-print("Against the floor, resolved: " + (", ".join(resolved) if resolved else "none")
-      + f"; the other {len(left_floor) - len(resolved)} of {len(left_floor)} self-supervised runs and budgets: not resolved.")
+for floor_name, group in (("the kit's floor", left_floor), ("the lower floor", left_lower_floor)):
+    resolved = [f"{name} {'above' if c.mean > 0 else 'below'} it at {b:g} GFLOPs ({c.mean:+.1f} points, room "
+                f"{c.room:.1f})" for (name, b), c in group.items() if c.verdict != NOT_RESOLVED]
+    print(f"Against {floor_name}, resolved: " + (", ".join(resolved) if resolved else "none")
+          + f"; the other {len(group) - len(resolved)} of {len(group)} self-supervised runs and budgets: not "
+          "resolved. None is claimed: a direction with room under 1 would be claimed only as not reversed, "
+          "and these are printed, not asserted one by one (below).")
+def side(c):
+    """+1 resolved above the floor, -1 below it, 0 not resolved."""
+    return 0 if c.verdict == NOT_RESOLVED else 1 if c.verdict == c.direction else -1
+
+
+flips = [f"{name} at {b:g} GFLOPs" for (name, b), c in left_floor.items()
+         if side(c) != side(left_lower_floor[(name, b)])]
+print("Where the two floors give different verdicts: " + (", ".join(flips) if flips else "nowhere"))
 print(f"At the last budget ({last:g} GFLOPs) the runs took, in core-seconds (mean of {len(cfg.seeds)} seeds): "
       + ", ".join(f"{n} {mean_of(rows, 'core-seconds'):.0f}" for n, rows in at_last.items())
       + f" ({results[0]['threads']} thread per run).")
@@ -482,13 +496,16 @@ print(f"For the same FLOPs MAE took {mae_vs_vit_seconds:.2f}x the core-seconds o
 # with their mean gains) and the stricter one for a claim that an objective has not left its
 # floor, the lower of it and the same network with BatchNorm statistics calibrated on training
 # images (lesson 02), seed by seed. The choice moves a ResNet's floor (printed above, per seed;
-# the ViT has no BatchNorm, so its floors are one), so the lesson makes no claim at the first
-# budget, where a verdict could depend on which floor is used (both are printed). One thing is asserted at the default
-# scale, against both floors, a not-reversed claim under the kit's rule for one run (the preset
-# records the rooms): at the last budget not every self-supervised objective is resolved above
-# its floor (`not_all_above_floor`). Where the first budget's MAE lies against its
-# floor is printed and not claimed (the preset says why); where it is resolved below, its first
-# steps made the features worse for a linear probe than the network as built. The other verdicts are printed, not asserted one by one: with this
+# the ViT has no BatchNorm, so its floors are one), and for the ResNet family the verdict can
+# depend on it at any budget: where the two floors give different verdicts is printed above
+# (a direction against one floor can be "not resolved", or even the other direction, against
+# the other). So no self-supervised objective's place against its floor is claimed one by one.
+# One thing is asserted at the default scale, against both floors, a not-reversed claim under
+# the kit's rule for one run (the preset records the rooms): at the last budget MAE is not
+# resolved above its floor (its mean leans below it), so not every self-supervised objective
+# has left its floor (`not_all_above_floor`); SimCLR's and MoCo's verdicts there are printed.
+# Where a run is resolved below its floor, its first steps made the features worse for a linear
+# probe than the network as built (printed, not claimed). The other verdicts are printed, not asserted one by one: with this
 # many correlated comparisons at 95% (one per objective and budget, counted above), one resolved by chance would be no surprise, and one reseed could
 # move it; a small gain resolved above the floor (its mean is printed) is a start, not a result.
 # "Not resolved at this scale" is a statement about these seeds and budgets, not evidence of no
@@ -502,9 +519,11 @@ print(f"For the same FLOPs MAE took {mae_vs_vit_seconds:.2f}x the core-seconds o
 # (below); MAE's reconstruction objective
 # is known to need far longer, and even converged MAE features are known to be weak under a
 # *linear* probe (He et al. 2022 report a large gap between linear probing and fine-tuning);
-# lesson 04 measures what MAE does learn. A ranking *among* the self-supervised objectives would
-# need each of them to resolve above its floor; at these budgets they do not all do so (the
-# verdicts are printed), so no ranking is attempted.
+# lesson 04 measures what MAE does learn. A ranking *among* the self-supervised objectives is not
+# attempted: they differ in backbone (MAE a ViT) and at these budgets not every one has left its
+# floor; a paired SimCLR − MoCo comparison on the same ResNet would need no floor, but the
+# families' recipes here were set for the matched-FLOP comparison with the labels, not tuned per
+# objective, so this lesson leaves it to lesson 13 (which compares them at matched FLOPs).
 #
 # FLOPs are not seconds. The budget is matched in FLOPs, and C counts only matmuls. A step also
 # pays costs that do not grow with its FLOPs: the optimizer update over every parameter, the
@@ -622,7 +641,7 @@ assert abs(vit_r - 1) < VIT_6ND_TOLERANCE, "transformer with few tokens: 6ND is 
 assert all(abs(vit_row[k + " / 6ND"]) < VIT_6ND_TOLERANCE for k in CORRECTIONS), vit_row
 # ... and they partly cancel: attention adds, the other three subtract
 assert vit_row["attention / 6ND"] > 0 and all(vit_row[k + " / 6ND"] < 0 for k in CORRECTIONS[1:]), vit_row
-# counting D in positions at the first stage's resolution undercounts, at the last stage's overcounts
+# counting D in positions at the first stage's resolution overcounts, at the last stage's undercounts
 assert cnn_vs_positions[cnn_positions[0]] < 1 / CNN_MISFIT and cnn_vs_positions[cnn_positions[-1]] > CNN_MISFIT, \
     cnn_vs_positions
 
@@ -650,8 +669,8 @@ print(f"CNN: {cnn_r:.0f}x 6ND with D counted in images; with D counted in positi
 # subtract. Per image and block, attention costs 12·L²·D against 6·N_block·L for the block's
 # weights, so its share grows with the number of tokens L: with long sequences 6ND undercounts. For the CNN no single D works: each
 # convolution reuses its weight at every output position, and the stages work at different
-# resolutions, so D counted in positions at the first stage's resolution undercounts and at the
-# last stage's overcounts, each by more than the factor printed (asserted); a resolution in
+# resolutions, so D counted in positions at the first stage's resolution overcounts and at the
+# last stage's undercounts, each by more than the factor printed (asserted); a resolution in
 # between lands nearer by the accident of this architecture, not by a rule. The per-layer sum,
 # 6·Σ N_l·P_l less the stem's missing input gradient, is exact.
 
@@ -889,8 +908,8 @@ if cfg.alloc_check:
 # - **These budgets are the start of training.** Each run here spends the core-seconds printed
 #   above. The kit's SSL benchmark (`benchmarks/bench_ssl_quality.py`) gives SimCLR,
 #   MoCo, SimSiam and MAE a fixed budget of steps each on the same kind of shapes (the steps its
-#   time budget bought on the machine that calibrated it), at least four times the steps a run
-#   here takes (a budget set by time, not matched FLOPs; its steps, seeds and the ratio to this
+#   time budget bought on the machine that calibrated it), many times the steps a run
+#   here takes (at least `MIN_BENCHMARK_STEPS_RATIO`, asserted) (a budget set by time, not matched FLOPs; its steps, seeds and the ratio to this
 #   lesson's last budget are printed below); in its committed result
 #   (`benchmarks/results/ssl_quality.json`, read below where the repository is at hand) SimCLR,
 #   MoCo and MAE, the objectives trained here, have left their random-init floors far behind on
@@ -898,7 +917,7 @@ if cfg.alloc_check:
 #   lesson's beyond length: AdamW with weight decay for each (this lesson's ResNet family uses
 #   Adam without), and its MAE regresses normalised patches (`norm_pix_loss`, which lesson 04
 #   resolves above plain pixels for a linear probe) where this lesson's regresses plain pixels.
-#   So the benchmark shows that some recipe with at least four times the steps leaves the floor
+#   So the benchmark shows that some recipe with many times the steps leaves the floor
 #   far behind; length and recipe are not separated here. The small self-supervised gains
 #   measured here are the start of training, not where it ends; lesson 13 sets SimSiam's start
 #   beside SimCLR's and MoCo's at matched FLOPs over several seeds.
@@ -907,7 +926,8 @@ if cfg.alloc_check:
 #   patches for a ViT) and has no single D for a CNN whose stages work at different resolutions
 #   (the layer-by-layer sum above is exact), and says nothing about memory.
 # - The allocation experiment shows that the best model size grows with compute when data never
-#   repeat; it does not say how fast, nor where the optimum lies for real models.
+#   repeat, at one learning rate and schedule shared by every width (a per-width tuned rate could
+#   move each optimum); it does not say how fast, nor where the optimum lies for real models.
 
 # %%
 # evidence for the boundary's pointer: the SSL benchmark's committed rows on shapes
@@ -927,7 +947,9 @@ else:
     print(f"its training steps per seed against this lesson's at {last:g} GFLOPs: " + ", ".join(
         f"{n} {min(benchmark_steps[n])}-{max(benchmark_steps[n])} vs {at_last[n][0]['steps']} "
         f"({steps_ratio[n]:.1f}x or more)" for n in benchmark_steps))
-    assert min(steps_ratio.values()) > 4, ("at least four times the steps", steps_ratio)
+    MIN_BENCHMARK_STEPS_RATIO = 4
+    print(f"(asserted: at least {MIN_BENCHMARK_STEPS_RATIO}x each)")
+    assert min(steps_ratio.values()) > MIN_BENCHMARK_STEPS_RATIO, steps_ratio
 
 # %% [markdown]
 # ## Exercises
@@ -1062,6 +1084,8 @@ headline(
     mae_encoder_block_flops_vs_supervised_vit=mae_blocks_measured,
     **{f"mean_gain_points_{n.replace(' ', '_')}_at_{last:g}_gflops": mean_gain[(n, last)] for n in OBJECTIVES},
     **{f"verdict_vs_floor_{n}_at_{b:g}_gflops": c.verdict for (n, b), c in left_floor.items() if b == last},
+    **{f"verdict_vs_lower_floor_{n}_at_{b:g}_gflops": c.verdict for (n, b), c in left_lower_floor.items() if b == last},
+    **{f"labels_vs_{n}_at_{b:g}_gflops": c.describe(digits=1) for (n, b), c in labels_vs_ssl.items() if b == last},
     mae_core_seconds_per_flop_vs_supervised_vit=mae_vs_vit_seconds,
     mlp_flops_over_6nd=mlp_r,
     vit_flops_over_6nd=vit_r,

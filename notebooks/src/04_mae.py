@@ -113,7 +113,7 @@ def build_mae(depth=None, mask_ratio=0.75, norm_pix_loss=False, mask_tokens_in_e
 # Masked prediction needs *targets at many positions*: the more patches we hide, the more there is
 # to predict, and the harder the task. If the encoder processed the masked positions too — as a
 # placeholder token — every step would pay for the full image in the most expensive part of the
-# network, although three quarters of its input carry no information. In the ledger:
+# network, although most of its input (the mask ratio r of it) carries nothing but a position. In the ledger:
 # **encoded now** = all L patches, FLOPs ∝ L (more, with attention), **kept for backward** ∝ L
 # (plus an L² term: attention's probabilities).
 # The question of this lesson: how much of that does removing the patches before the encoder
@@ -305,7 +305,7 @@ fig, ax = plt.subplots(figsize=(5.5, 3))
 ax.plot(cfg.ledger_depths, [r["encoder ratio"] for r in kept_rows], "o--", label="encoder alone")
 ax.plot(cfg.ledger_depths, [r["step ratio"] for r in kept_rows], "o-", label="whole step")
 ax.axhline(1 / (1 - model.mask_ratio), color="gray", lw=0.8, label="1/(1−r)")
-ax.set_xlabel("encoder blocks (decoder: 1 block)")
+ax.set_xlabel(f"encoder blocks (decoder: {decoder_depth} block{'s' if decoder_depth > 1 else ''})")
 ax.set_ylabel("kept for backward:\nmask tokens / visible only")
 ax.set_xscale("log", base=2)
 ax.legend()
@@ -629,7 +629,7 @@ mae_gain = mae_vs_random.mean
 print("linear probe, " + mae_vs_random.describe(100, " points"))
 print("linear probe, " + norm_vs_random.describe(100, " points"))
 print("linear probe, " + norm_vs_pixels.describe(100, " points"))
-print("kNN probe,    " + norm_vs_pixels_knn.describe(100, " points"))
+print("kNN probe,    " + norm_vs_pixels_knn.describe(100, " points") + " (printed, not claimed)")
 if cfg.norm_pix_verdict is not None:
     print(f"asserted at this scale: the linear-probe verdict {cfg.norm_pix_verdict[0]!r}")
 # the photo comparison of the run above, from every probe seed: lower error is better, so each
@@ -676,7 +676,7 @@ if cfg.photo_verdicts is not None:   # the photo claims, each a direction not re
 # For each ratio: the encoder blocks' FLOPs as a share of the blocks' FLOPs on all L tokens
 # (measured; the patch embedding is left out), and the masked-patch
 # error on the unseen photos of inverse-distance interpolation and of the **same trained model**
-# (trained at 0.75) asked to fill more or fewer holes, with the same masks. No training happens
+# (trained at its own mask ratio, `model.mask_ratio`) asked to fill more or fewer holes, with the same masks. No training happens
 # here. Interpolation's error is the model-free measure of difficulty: it rises at every step of
 # the ratio (asserted). Whether a trained MAE's error follows it is decided by the
 # pixel-target MAEs of the probe section (`cfg.probe_steps` steps each at the lesson's mask ratio), each evaluated
@@ -692,7 +692,7 @@ if cfg.photo_verdicts is not None:   # the photo claims, each a direction not re
 # %%
 sweep = []
 for ratio in cfg.sweep_ratios:
-    with model.masked_at(ratio):              # evaluation only: the model was trained at 0.75
+    with model.masked_at(ratio):              # evaluation only: the model was trained at model.mask_ratio
         with torch.no_grad():
             flops = measure(lambda: model.forward_encoder(images), model=model).forward_flops
         errors = fill_errors(model, cfg.photo_draws, seed=200)

@@ -239,7 +239,7 @@ table = [{"objective": name, "backbone": FAMILY[name],
           "activation MB": rec[name].activation_bytes / 1e6, "cache KB": rec[name].cache_bytes / 1e3,
           "GFLOPs / image": rec[name].flops / cfg.batch / 1e9,
           "FLOPs / image vs supervised": flops_vs_supervised[name],
-          "images/s": cfg.batch / ledgers[name]["seconds"]} for name in OBJECTIVES]
+          "images per core-second": cfg.batch / ledgers[name]["seconds"]} for name in OBJECTIVES]
 show_table(table)
 print("MFU (ledger FLOPs / step time, against this machine's matmul peak):",
       ", ".join(f"{n} {utilisation(rec[n].flops, ledgers[n]['seconds'], device)['mfu']:.1%}" for n in OBJECTIVES))
@@ -474,7 +474,7 @@ flips = [f"{name} at {b:g} GFLOPs" for (name, b), c in left_floor.items()
 print("Where the two floors give different verdicts: " + (", ".join(flips) if flips else "nowhere"))
 print(f"At the last budget ({last:g} GFLOPs) the runs took, in core-seconds (mean of {len(cfg.seeds)} seeds): "
       + ", ".join(f"{n} {mean_of(rows, 'core-seconds'):.0f}" for n, rows in at_last.items())
-      + f" ({results[0]['threads']} thread per run).")
+      + f" ({results[0]['threads']} thread{'s' if results[0]['threads'] > 1 else ''} per run).")
 print(f"MoCo's last budget buys {at_last['MoCo'][0]['steps']} steps of {cfg.batch} images "
       f"({at_last['MoCo'][0]['images seen']} images), SimCLR's {at_last['SimCLR'][0]['steps']} steps.")
 print("core-seconds per training TFLOP: " + ", ".join(f"{n} {s:.0f}" for n, s in seconds_per_tflop.items()))

@@ -293,6 +293,7 @@ for depth in cfg.ledger_depths:
                       "step MB, mask tokens in enc.": full_step / 1e6, "step MB, visible only": vis_step / 1e6,
                       "step ratio": full_step / vis_step,
                       "encoder ratio": full_enc / vis_enc,
+                      "encoder MB (mask tok.)": full_enc / 1e6, "encoder MB (visible)": vis_enc / 1e6,
                       "rest MB (mask tok.)": (full_step - full_enc) / 1e6,
                       "rest MB (visible)": (vis_step - vis_enc) / 1e6})
 show_table(kept_rows)
@@ -300,6 +301,12 @@ lesson = next(r for r in kept_rows if r["encoder blocks"] == cfg.depth)
 step_kept_ratio, encoder_kept_ratio = lesson["step ratio"], lesson["encoder ratio"]
 rest_ratio = lesson["rest MB (visible)"] / lesson["rest MB (mask tok.)"]
 REST_TOLERANCE = 0.15       # "about the same bytes": visible / mask-token arm within 15% of 1
+# one block's bytes, in each arm: the difference between the two shallowest encoders
+(d1, shallow), (d2, deeper) = [(r["encoder blocks"], r) for r in kept_rows[:2]]
+per_block = {arm: (deeper[f"encoder MB ({arm})"] - shallow[f"encoder MB ({arm})"]) * 1e6 / (d2 - d1)
+             for arm in ("mask tok.", "visible")}
+per_block_ratio = per_block["mask tok."] / per_block["visible"]
+visible_fraction = kept / L                                     # f
 decoder_dim, decoder_depth = model.decoder.embed.out_features, len(model.decoder.blocks)
 fig, ax = plt.subplots(figsize=(5.5, 3))
 ax.plot(cfg.ledger_depths, [r["encoder ratio"] for r in kept_rows], "o--", label="encoder alone")
@@ -327,8 +334,9 @@ if cfg.encoder_kept_range is not None:
 # decoder, loss — keeps about the same bytes in both arms (within the printed tolerance, asserted),
 # because it runs on all L tokens either way. The **encoder**'s blocks keep between 1/f and 1/f²
 # fewer bytes at any depth: their linear layers' inputs shrink by 1/f, their L×L attention
-# matrices by 1/f²; the encoder as a whole reaches at least 1/(1−r) at the lesson's depth
-# (asserted, within `encoder_kept_range`). What happens before the blocks keeps bytes for all L patches (the patch
+# matrices by 1/f² (one block's bytes in each arm, and their ratio, printed and asserted between
+# the two); the encoder as a whole, with its fixed cost before the blocks, reaches at least
+# 1/(1−r) at the lesson's depth and stays under one block's ratio (asserted, `encoder_kept_range`). What happens before the blocks keeps bytes for all L patches (the patch
 # embedding in both arms; in the visible-only arm also the gather that picks the visible tokens,
 # which keeps its B×L×D input) and does not shrink, so with one block the encoder's ratio is lower,
 # and it rises with depth (asserted). The whole step is a mix of encoder and rest (an identity, asserted below), so its
@@ -339,11 +347,18 @@ if cfg.encoder_kept_range is not None:
 
 # %%
 # NBVAL_CHECK_OUTPUT
+print(f"one encoder block keeps {per_block['mask tok.'] / 1e6:.2f} MB with mask tokens, "
+      f"{per_block['visible'] / 1e6:.2f} MB visible only: {per_block_ratio:.2f}x, between 1/f = "
+      f"{1 / visible_fraction:.0f} and 1/f² = {1 / visible_fraction ** 2:.0f}")
+# evidence: every tensor a block keeps grows with its tokens n or with n² (fails if a block kept
+# bytes for the masked positions, or kept an n×n matrix more than once per head)
+assert 1 / visible_fraction <= per_block_ratio <= 1 / visible_fraction ** 2, per_block_ratio
 # identity, not evidence: step = encoder + rest in both arms, so the step ratio is a weighted mean
 assert min(1.0 / rest_ratio, encoder_kept_ratio) <= step_kept_ratio <= max(1.0 / rest_ratio, encoder_kept_ratio)
 if cfg.encoder_kept_range is not None:
     lo, hi = 1 / (1 - model.mask_ratio), cfg.encoder_kept_range[1]   # "at least 1/(1−r)"
     assert lo <= encoder_kept_ratio <= hi, f"encoder alone: {encoder_kept_ratio:.2f}x, expected {lo}x–{hi}x"
+    assert encoder_kept_ratio <= per_block_ratio, "the fixed cost before the blocks keeps the encoder under a block's ratio"
     assert abs(rest_ratio - 1) <= REST_TOLERANCE, f"decoder + loss should keep about the same bytes in both arms: {rest_ratio:.2f}"
     encoder_ratios = [r["encoder ratio"] for r in kept_rows]
     assert all(a < b for a, b in zip(encoder_ratios, encoder_ratios[1:])), f"fixed cost diluted with depth: {encoder_ratios}"

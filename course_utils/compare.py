@@ -151,7 +151,17 @@ class Comparison:
                 f"[{scale * low:{f}}, {scale * high:{f}}]{unit} over {len(self.differences)} "
                 f"paired seeds ({each}): {self.verdict}"
                 + ("" if self.verdict == NOT_RESOLVED else
-                   f" (nearer edge {self.room:.1f} half-widths from zero; see room)"))
+                   f" (nearer edge {self.room:.1f} half-widths from zero; see room"
+                   + ("; the half-width is the measurement's resolution: the seeds agree within it"
+                      if self.at_resolution else "") + ")"))
+
+    @property
+    def at_resolution(self) -> bool:
+        """Whether the interval's half-width is the measurement's ``resolution`` rather than the
+        seeds' spread (t·se below it): then ``room`` counts resolutions, and a large room says the
+        seeds agreed to within one resolution step, not that their spread was measured small."""
+        n = len(self.differences)
+        return n >= 2 and self.resolution > 0 and t95(n - 1) * self.standard_error <= self.resolution
 
 
 def compare_paired(a, b, names: tuple[str, str] = ("A", "B"), *, resolution: float = 0.0) -> Comparison:

@@ -139,3 +139,16 @@ def test_describe_a_direction_on_a_zero_width_interval():
     """Identical differences with no resolution: a zero-width interval, room infinite, no crash."""
     same = compare_paired([1.0, 1.0, 1.0], [0.0, 0.0, 0.0])
     assert same.room == math.inf and "A > B" in same.describe()
+
+
+def test_a_room_set_by_the_resolution_says_so():
+    """Lesson 05's supervised ViT: three seeds gained +11.0 points each, so the seeds' spread is
+    zero and the interval's half-width is the probe's resolution (one test image); its room then
+    counts resolutions, and the line must say that rather than read as a measured small spread."""
+    same = compare_paired([0.343, 0.340, 0.320], [0.233, 0.230, 0.210], ("last", "first"), resolution=0.001)
+    assert same.at_resolution and same.half_width == 0.001
+    assert "the half-width is the measurement's resolution" in same.describe(100, " points")
+    spread = compare_paired([0.35, 0.34, 0.30], [0.23, 0.23, 0.21], ("last", "first"), resolution=0.001)
+    assert not spread.at_resolution and "resolution" not in spread.describe(100, " points")
+    unresolved = compare_paired([0.3, 0.3, 0.3], [0.3, 0.3, 0.3], resolution=0.001)
+    assert unresolved.at_resolution and "resolution" not in unresolved.describe()   # no room printed

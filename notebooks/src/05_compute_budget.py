@@ -385,7 +385,8 @@ for r in results:    # bookkeeping, not evidence: the budget was converted to st
 # Every claim below is a paired comparison over the seeds: the difference seed by seed, its mean
 # and 95% interval, and a verdict the interval decides ("A > B", "B > A" or "not resolved at this
 # scale"; `course_utils.compare`). Within a family the arms share the backbone's initial weights,
-# the optimizer, the learning rate, the data order and the augmentation; what differs is the
+# the optimizer, the learning rate, the data order and the augmentation recipe (not its draws:
+# SimCLR and MoCo draw two views a step, the supervised run one); what differs is the
 # objective (its loss, its head, one view or two, MoCo's key encoder and queue, and with them
 # BatchNorm's batch: B images, 2B views, or two groups of B/2 for MoCo's queries), and, the FLOPs
 # being matched, the number of steps each can afford (printed). The supervised run uses the
@@ -865,8 +866,10 @@ if cfg.alloc_check:
 # draw of seeds, so each such width counts as that budget's optimum (the "widths each end budget's
 # optimum may be", printed): every claim is asserted for each of them. The widths are chosen on
 # `alloc_seeds` and every comparison is decided on `alloc_test_seeds`, fresh initialisations and
-# example streams trained again for the compared points only: the seeds whose luck picked a width
-# are not the seeds that test it, and the test draw is not the draw that chose it. Why the widest
+# example streams trained again for the compared points only: the seeds whose luck picked the best
+# width are not the seeds that test it, and the test draw is not the draw that chose it. (The set
+# of widths each claim must hold for is itself filtered on the fresh seeds, each width dropped
+# from it only by a comparison those seeds resolve.) Why the widest
 # loses at the smallest budget is not separated here: it gets the fewest steps (the budget over
 # its step's FLOPs, printed above), and it trains with the one learning rate chosen for every
 # width, decayed over its own short run, so too few steps and a learning rate that may not suit

@@ -300,7 +300,7 @@ show_table(kept_rows)
 lesson = next(r for r in kept_rows if r["encoder blocks"] == cfg.depth)
 step_kept_ratio, encoder_kept_ratio = lesson["step ratio"], lesson["encoder ratio"]
 rest_ratio = lesson["rest MB (visible)"] / lesson["rest MB (mask tok.)"]
-REST_TOLERANCE = 0.15       # "about the same bytes": visible / mask-token arm within 15% of 1
+REST_TOLERANCE = 0.05       # "about the same bytes": visible / mask-token arm within 5% of 1
 # one block's bytes, in each arm: the difference between the two shallowest encoders
 (d1, shallow), (d2, deeper) = [(r["encoder blocks"], r) for r in kept_rows[:2]]
 per_block = {arm: (deeper[f"encoder MB ({arm})"] - shallow[f"encoder MB ({arm})"]) * 1e6 / (d2 - d1)
@@ -378,7 +378,7 @@ if cfg.step_kept_range is not None:
 # (wall clock), printed next to the ratio of the two arms' whole-step FLOPs (ledger). A wall-clock
 # figure depends on the machine and on what else it runs, so it is printed here, not asserted:
 # the kit's speed goal for it lives in a benchmark (`benchmarks/bench_objectives.py`, "mae": a
-# visible-only step at least 3x faster at its configuration, with the committed result in
+# visible-only step faster by at least its goal at its configuration, printed below, with the committed result in
 # `benchmarks/results/objectives.json`). At CI scale the models are too small for the timing to
 # mean anything. On a GPU the speed-up may fall far short of the FLOP ratio at
 # this size: the first GPU run (an H200; its printed lines are kept in the repository's
@@ -424,6 +424,10 @@ print(f"mask tokens in encoder {t_full * 1e3:.0f} ms/step, visible only {t_visib
 for arm, t, f in (("mask tokens in encoder", t_full, flops_full), ("visible only", t_visible, flops_visible)):
     u = utilisation(f, t, device)   # against this machine's measured matmul peak
     print(f"{arm}: {u['flops_per_second'] / 1e9:.1f} GFLOP/s achieved, MFU {u['mfu']:.1%} of {u['peak_flops'] / 1e9:.0f} GFLOP/s")
+objectives_bench = committed_result("objectives")            # None outside the repository
+if objectives_bench is not None:
+    print(f"the kit's speed goal (benchmarks/bench_objectives.py, 'mae'): visible only at least "
+          f"{objectives_bench['mae']['goals']['step_speedup']:g}x faster at the benchmark's configuration")
 gpu_runs = committed_result("step_times", folder="gpu_runs")   # None outside the repository
 if gpu_runs is not None:
     h200 = next(r for r in gpu_runs["runs"] if r["lesson"] == "04_mae" and "output" in r)

@@ -160,8 +160,7 @@ class Comparison:
         """Whether the interval's half-width is the measurement's ``resolution`` rather than the
         seeds' spread (t·se below it): then ``room`` counts resolutions, and a large room says the
         seeds agreed to within one resolution step, not that their spread was measured small."""
-        n = len(self.differences)
-        return n >= 2 and self.resolution > 0 and t95(n - 1) * self.standard_error <= self.resolution
+        return 0 < self.resolution == self.half_width
 
 
 def compare_paired(a, b, names: tuple[str, str] = ("A", "B"), *, resolution: float = 0.0) -> Comparison:

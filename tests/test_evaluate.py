@@ -217,3 +217,42 @@ def test_batchnorm_calibrated_measures_running_statistics_on_a_copy():
     plain = torch.nn.Linear(3, 2)
     same = batchnorm_calibrated(plain, images)
     assert same is not plain and torch.equal(same.weight, plain.weight)
+
+
+@pytest.mark.parametrize("objective", ["SimCLR", "MoCo"])
+def test_a_run_probed_on_its_way_goes_on_as_if_it_had_not_been(objective):
+    """Lesson 05 trains one run per objective and seed and probes it each time it has spent a
+    budget: each shorter budget's run is a prefix of the longer one only if probing leaves the run
+    untouched (train mode, BatchNorm statistics, MoCo's key encoder and queue, the data order and
+    the views). Fails if a probe changed any of them."""
+    from course_utils.augment import SimCLRAugment
+    from course_utils.data import load_dataset
+    from course_utils.models import ProjectionHead
+    from course_utils.objectives import MoCo, SimCLR, make_step
+    from course_utils.train import TrainState, fit
+
+    train = load_dataset("shapes", "train", image_size=16, limit=64)
+    test = load_dataset("shapes", "test", image_size=16, limit=32)
+    augment = SimCLRAugment(16, crop_scale=(0.6, 1.0))
+
+    def run(probe_at):
+        torch.manual_seed(0)
+        backbone = SmallResNet(width=4, blocks=(1, 1))
+        head = ProjectionHead(backbone.feature_dim, 16, 8)
+        model = SimCLR(backbone, head) if objective == "SimCLR" else \
+            MoCo(backbone, head, queue_size=32, bn_groups=2)
+        opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+        step = make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0))
+        state, batches = TrainState(), train.batches(16, seed=0)
+        for stop in (*probe_at, 5):
+            fit(step, batches, steps=stop, state=state, progress=False)
+            if stop in probe_at:
+                probe_encoder(model.encoder, train, test, epochs=3)
+        return model.state_dict(), state.history.series("loss")
+
+    probed, probed_losses = run(probe_at=(2, 3))
+    straight, straight_losses = run(probe_at=())
+    assert probed_losses == straight_losses
+    assert probed.keys() == straight.keys()
+    assert all(torch.equal(probed[k], straight[k]) for k in probed), \
+        [k for k in probed if not torch.equal(probed[k], straight[k])]

@@ -1015,24 +1015,29 @@ for method, rec in gc_records.items():
 
 # %%
 def fp64_update(**kwargs):
-    """-> (parameters before, parameters after) one SGD step (lr 1) of an fp64 SimCLR without BN."""
+    """-> (parameters before, parameters after, the step's loss) of one SGD step (lr 1) of an fp64
+    SimCLR without BN."""
     torch.manual_seed(cfg.seed)
     encoder = nn.Sequential(nn.Flatten(), nn.Linear(3 * cfg.image_size ** 2, 64), nn.ReLU())
     model = SimCLR(encoder, nn.Linear(64, 32), temperature=cfg.temperature).double().to(device)
     before = torch.cat([p.detach().flatten() for p in model.parameters()])
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0), **kwargs)(
-        train.images[:cfg.gc_batch].double())
-    return before, torch.cat([p.detach().flatten() for p in model.parameters()])
+    loss = make_step(model, opt, augment=augment, generator=torch.Generator().manual_seed(0), **kwargs)(
+        train.images[:cfg.gc_batch].double())["loss"]
+    return before, torch.cat([p.detach().flatten() for p in model.parameters()]), float(loss)
 
 
 k = cfg.gc_batch // cfg.gc_chunk
-initial, full_update = fp64_update()
+initial, full_update, full_loss = fp64_update()
+_, cached_update, cached_loss = fp64_update(chunks=k)
+_, accumulated_update, accumulated_loss = fp64_update(accumulation=k)
 update_size = (full_update - initial).abs().max().item()
-gap_cached = (fp64_update(chunks=k)[1] - full_update).abs().max().item()
-gap_accumulated = (fp64_update(accumulation=k)[1] - full_update).abs().max().item()
+gap_cached = (cached_update - full_update).abs().max().item()
+gap_accumulated = (accumulated_update - full_update).abs().max().item()
 print(f"max |Δθ| vs the full batch (whose own update is {update_size:.3g} at most): gradient caching "
       f"{gap_cached:.1e}, accumulation {gap_accumulated:.1e} ({100 * gap_accumulated / update_size:.1f}% of the update)")
+print(f"the step's loss: full batch {full_loss:.6f}, gradient caching {cached_loss:.6f}, "
+      f"accumulation {accumulated_loss:.6f} (mean of its {k} micro-batches' losses)")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1042,11 +1047,17 @@ assert abs((cached_rec.flops - naive_rec.flops) / naive_rec.forward_flops - 1) <
     "the extra cost is one more forward pass"
 assert gap_cached < 1e-12 * max(update_size, 1.0), "gradient caching is the full-batch update, up to fp64 rounding"
 assert gap_accumulated > 0.01 * update_size, "accumulation optimises another objective: the update moves by > 1%"
+assert abs(cached_loss - full_loss) < 1e-12 * abs(full_loss), "gradient caching computes the full batch's loss"
+# a consequence of the formula, checked on the implementation: each anchor's candidates in its
+# micro-batch are a subset of the full batch's, so every log-sum-exp, and the mean loss, is lower
+assert accumulated_loss < full_loss, "accumulation: fewer candidates per anchor, a lower loss"
 
 # %% [markdown]
 # Accumulation's update differs from the full batch's by the printed share of the update itself,
 # with the same views and the same images: what changed is the objective (each anchor's 2N/k − 1
-# candidates instead of 2N − 1). Gradient caching's differs only by fp64 rounding.
+# candidates instead of 2N − 1), and its loss is lower, since every anchor's log-sum-exp runs over
+# a subset of the full batch's candidates (asserted). Gradient caching's update differs only by
+# fp64 rounding, and its loss is the full batch's (asserted).
 #
 # Second, the tiled loss is the plain loss, in value and gradients (fp64, random embeddings):
 

@@ -227,7 +227,11 @@ assert abs(loss_of(patches + noise * m.unsqueeze(-1)) - base) > 1e-3
 # n×n matmuls 4·n²·D. Keeping n = f·L tokens, f = int(L·(1−r))/L (= 1−r when it divides),
 # multiplies the first by f and the second by f². So the blocks' ratio is a weighted mean of f
 # and f², weighted by attention's share of the block — it must lie between f² (all attention)
-# and f (no attention). Measured with the ledger's FLOP counter, against the same formula:
+# and f (no attention). Measured with the ledger's FLOP counter, against the same formula. The
+# counter uses PyTorch's `FlopCounterMode` registry, which counts matmuls, convolutions and
+# attention kernels only: LayerNorm, softmax, GELU and the residual adds cost it nothing, so the
+# formula counts the matmuls only too, and every FLOP ratio in this lesson is a matmul ratio
+# (the elementwise work shrinks with n as well, by f, but is not in it):
 
 # %%
 def encoder_forward_flops(mask_tokens_in_encoder, ratio=0.75):
@@ -301,13 +305,20 @@ lesson = next(r for r in kept_rows if r["encoder blocks"] == cfg.depth)
 step_kept_ratio, encoder_kept_ratio = lesson["step ratio"], lesson["encoder ratio"]
 rest_ratio = lesson["rest MB (visible)"] / lesson["rest MB (mask tok.)"]
 REST_TOLERANCE = 0.05       # "about the same bytes": visible / mask-token arm within 5% of 1
+decoder_dim, decoder_depth = model.decoder.embed.out_features, len(model.decoder.blocks)
+# the rest's difference between the arms, counted by hand: the decoder's embedding keeps its input
+# (B×L_vis×D visible latents, or B×L×D); in the visible arm the unshuffle (a gather) also keeps its
+# B×L×D_dec input and its B×L int64 index, and the loss's fp32 B×L mask lands in the rest, where the
+# mask-token arm's encoder already keeps it (the ledger counts a tensor once, where first kept)
+rest_extra_counted = (4 * cfg.batch * (kept * cfg.dim - L * cfg.dim + L * decoder_dim)
+                      + 8 * cfg.batch * L + 4 * cfg.batch * L)
+rest_extra_measured = round((lesson["rest MB (visible)"] - lesson["rest MB (mask tok.)"]) * 1e6)
 # one block's bytes, in each arm: the difference between the two shallowest encoders
 (d1, shallow), (d2, deeper) = [(r["encoder blocks"], r) for r in kept_rows[:2]]
 per_block = {arm: (deeper[f"encoder MB ({arm})"] - shallow[f"encoder MB ({arm})"]) * 1e6 / (d2 - d1)
              for arm in ("mask tok.", "visible")}
 per_block_ratio = per_block["mask tok."] / per_block["visible"]
 visible_fraction = kept / L                                     # f
-decoder_dim, decoder_depth = model.decoder.embed.out_features, len(model.decoder.blocks)
 fig, ax = plt.subplots(figsize=(5.5, 3))
 ax.plot(cfg.ledger_depths, [r["encoder ratio"] for r in kept_rows], "o--", label="encoder alone")
 ax.plot(cfg.ledger_depths, [r["step ratio"] for r in kept_rows], "o-", label="whole step")
@@ -321,7 +332,8 @@ print(f"{cfg.depth}-block, {cfg.dim}-wide encoder with a {decoder_depth}-block, 
       f"the whole step keeps {step_kept_ratio:.2f}x fewer bytes with visible-only encoding; the encoder alone "
       f"{encoder_kept_ratio:.2f}x (1/(1−r) = {1 / (1 - model.mask_ratio):.0f}x); everything else keeps "
       f"{lesson['rest MB (visible)']:.1f} MB vs {lesson['rest MB (mask tok.)']:.1f} MB (ratio {rest_ratio:.2f}, "
-      f"asserted within {REST_TOLERANCE:.0%} of 1 where checked)")
+      f"asserted within {REST_TOLERANCE:.0%} of 1 where checked); the visible arm's rest keeps "
+      f"{rest_extra_measured:,} bytes more, counted by hand as {rest_extra_counted:,}")
 print("encoder alone, by depth: " + ", ".join(f"{r['encoder blocks']} blocks {r['encoder ratio']:.2f}x" for r in kept_rows)
       + "; whole step / encoder alone: " + ", ".join(f"{r['step ratio'] / r['encoder ratio']:.2f}" for r in kept_rows))
 if cfg.encoder_kept_range is not None:
@@ -332,7 +344,12 @@ if cfg.encoder_kept_range is not None:
 # %% [markdown]
 # Read the table from the right (figures in the lines printed above). The **rest** of the step —
 # decoder, loss — keeps about the same bytes in both arms (within the printed tolerance, asserted),
-# because it runs on all L tokens either way. The **encoder**'s blocks keep between 1/f and 1/f²
+# because it runs on all L tokens either way. Not exactly the same, and the difference is
+# bookkeeping: in the visible arm the decoder's embedding keeps only the visible latents, but the
+# unshuffle that puts the mask tokens in place (a gather) keeps its B×L input and its index, and
+# the loss's mask is first kept in the rest (the mask-token arm's encoder already keeps it). The
+# hand count printed above matches the ledger's difference to the byte (asserted below: it fails
+# if either arm's decoder kept anything else). The **encoder**'s blocks keep between 1/f and 1/f²
 # fewer bytes at any depth: their linear layers' inputs shrink by 1/f, their L×L attention
 # matrices by 1/f² (one block's bytes in each arm, and their ratio, printed and asserted between
 # the two); the encoder as a whole, with its fixed cost before the blocks, reaches at least
@@ -340,7 +357,8 @@ if cfg.encoder_kept_range is not None:
 # embedding in both arms; in the visible-only arm also the gather that picks the visible tokens,
 # which keeps its B×L×D input) and does not shrink, so with one block the encoder's ratio is lower,
 # and it rises with depth (asserted). The whole step is a mix of encoder and rest (an identity, asserted below), so its
-# ratio lies well below the encoder's for the lesson's configuration. As the encoder gets deeper
+# ratio lies well below the encoder's for the lesson's configuration (inside `step_kept_range`,
+# printed above; asserted below). As the encoder gets deeper
 # relative to the fixed decoder, the step's ratio moves toward the encoder's: whole step / encoder
 # alone rises with depth (asserted; the plot). The paper's ViT-L (24 blocks, 1024 wide, with an
 # 8-block, 512-wide decoder) lies beyond the plotted depths; we did not measure it.
@@ -353,6 +371,9 @@ print(f"one encoder block keeps {per_block['mask tok.'] / 1e6:.2f} MB with mask 
 # evidence: every tensor a block keeps grows with its tokens n or with n² (fails if a block kept
 # bytes for the masked positions, or kept an n×n matrix more than once per head)
 assert 1 / visible_fraction <= per_block_ratio <= 1 / visible_fraction ** 2, per_block_ratio
+# evidence: the rests differ by exactly the embedding's and the unshuffle's kept inputs (fails if
+# either arm's decoder or loss kept anything more)
+assert rest_extra_measured == rest_extra_counted, (rest_extra_measured, rest_extra_counted)
 # identity, not evidence: step = encoder + rest in both arms, so the step ratio is a weighted mean
 assert min(1.0 / rest_ratio, encoder_kept_ratio) <= step_kept_ratio <= max(1.0 / rest_ratio, encoder_kept_ratio)
 if cfg.encoder_kept_range is not None:
@@ -521,12 +542,12 @@ read_off_main = {("MAE", cfg.seed)} if cfg.seed in cfg.probe_seeds else set()
 runs = map_runs(lesson_run, [("main", cfg.seed)] + [(arm, seed) for arm in arms[::-1] for seed in cfg.probe_seeds
                                                     if (arm, seed) not in read_off_main],
                 device=device, desc="the lesson's training runs")
-model, history, kept_at_probe_steps = runs["main", cfg.seed]
-photo_errors = fill_errors(model, cfg.photo_draws)
-model.eval()
-masked_in, recon, shown_mask = model.reconstruct(photo, torch.Generator().manual_seed(100))
+trained, history, kept_at_probe_steps = runs["main", cfg.seed]
+photo_errors = fill_errors(trained, cfg.photo_draws)
+trained.eval()
+masked_in, recon, shown_mask = trained.reconstruct(photo, torch.Generator().manual_seed(100))
 idw_image = interpolate_masked(photo, shown_mask, cfg.patch)
-model.train()
+trained.train()
 fig, axes = plt.subplots(1, 3, figsize=(14, 3.2), gridspec_kw={"width_ratios": [1, 1, 1.6]})
 plot_curves({"step": history.series("step"), "masked-patch MSE": history.series("loss")}, ax=axes[0], logy=True)
 names = list(photo_errors)
@@ -534,7 +555,7 @@ axes[1].barh(names, [photo_errors[n] for n in names], color=["C3", "C0", "C0", "
 axes[1].invert_yaxis()
 axes[1].set_xlabel("masked-patch MSE on unseen photos")
 axes[2].imshow(image_grid(torch.cat([photo, masked_in, recon, idw_image]).cpu(), nrow=len(photo)))
-axes[2].set_title(f"rows: photo / {model.mask_ratio:.0%} masked / MAE / inverse-distance")
+axes[2].set_title(f"rows: photo / {trained.mask_ratio:.0%} masked / MAE / inverse-distance")
 axes[2].set_axis_off()
 plt.show()
 show_table([{"fill": n, "masked-patch MSE": e} for n, e in photo_errors.items()])
@@ -613,7 +634,7 @@ if cfg.recheck_kept_arm and read_off_main:
     assert same_weights(alone[key][2], jobs[key][2])
     straight, straight_history, _ = map_runs(lambda seed: train_arm(seed, steps=cfg.steps), [cfg.seed],
                                              device=device, desc="main run, no copy kept")[cfg.seed]
-    assert straight_history.series("loss") == history.series("loss") and same_weights(straight, model)
+    assert straight_history.series("loss") == history.series("loss") and same_weights(straight, trained)
 probes = {key: result[0] for key, result in jobs.items()}
 photo_by_seed = {seed: jobs["MAE", seed][1] for seed in cfg.probe_seeds}        # the pixel arm's photo errors
 pixel_mae_by_seed = {seed: jobs["MAE", seed][2] for seed in cfg.probe_seeds}    # and the model itself
@@ -695,7 +716,7 @@ if cfg.photo_verdicts is not None:   # the photo claims, each a direction not re
 # For each ratio: the encoder blocks' FLOPs as a share of the blocks' FLOPs on all L tokens
 # (measured; the patch embedding is left out), and the masked-patch
 # error on the unseen photos of inverse-distance interpolation and of the **same trained model**
-# (trained at its own mask ratio, `model.mask_ratio`) asked to fill more or fewer holes, with the same masks. No training happens
+# (trained at its own mask ratio, `trained.mask_ratio`) asked to fill more or fewer holes, with the same masks. No training happens
 # here. Interpolation's error is the model-free measure of difficulty: it rises at every step of
 # the ratio (asserted). Whether a trained MAE's error follows it is decided by the
 # pixel-target MAEs of the probe section (`cfg.probe_steps` steps each at the lesson's mask ratio), each evaluated
@@ -711,10 +732,10 @@ if cfg.photo_verdicts is not None:   # the photo claims, each a direction not re
 # %%
 sweep = []
 for ratio in cfg.sweep_ratios:
-    with model.masked_at(ratio):              # evaluation only: the model was trained at model.mask_ratio
+    with trained.masked_at(ratio):              # evaluation only: the model was trained at trained.mask_ratio
         with torch.no_grad():
-            flops = measure(lambda: model.forward_encoder(images), model=model).forward_flops
-        errors = fill_errors(model, cfg.photo_draws, seed=200)
+            flops = measure(lambda: trained.forward_encoder(images), model=trained).forward_flops
+        errors = fill_errors(trained, cfg.photo_draws, seed=200)
     n_vis = int(L * (1 - ratio))
     sweep.append({"mask ratio": ratio, "visible tokens": n_vis,
                   "blocks' FLOPs, share of full": (flops - embed_flops) / (full_flops - embed_flops),
@@ -814,8 +835,8 @@ print(f"not checked at {SCALE} scale: {', '.join(unchecked) or 'none'}")
 #
 # Two predictions, each checked against a live measurement of the kit's ViT: the ledger's
 # kept-for-backward bytes and PyTorch's FLOP counter. The configuration (mask ratio, batch,
-# width, patch size of a 32-pixel image) is yours, drawn from `STUDENT_ID` (with no ID it is the
-# lesson's own):
+# width, patch size of a 32-pixel image, and exercise 2's FLOP share) is yours, drawn from
+# `STUDENT_ID` (with no ID it is the lesson's own):
 
 # %%
 import math

@@ -963,8 +963,9 @@ else:
 #
 # Two predictions about the allocation experiment's students, `MLP(d, h, c, layers=2)`, each
 # checked against the ledger's FLOP counter on a live training step. The configuration (input
-# width, hidden width, classes, batch, budget) is yours, drawn from `STUDENT_ID` (with no ID it is
-# the allocation experiment's own: a 64-wide student at its default batch and middle budget):
+# width, hidden width, classes, batch, budget) is yours, drawn from `STUDENT_ID`. With no ID it is
+# the lesson's own: the allocation experiment's input width and classes and one of its student
+# widths, and at the default scale its batch and middle budget (asserted):
 
 # %%
 from course_utils.exercises import check_close
@@ -973,6 +974,10 @@ from course_utils.variants import exercise_variant
 VARIANT_CHOICES = dict(d=(16, 32, 64), h=(64, 16, 256, 1024), c=(4, 10, 16),
                        batch=(256, 32, 64, 128), budget_flops=(1.4e9, 3.5e8, 5.6e9))
 task = exercise_variant("05_compute_budget", STUDENT_ID, **VARIANT_CHOICES)
+_own = exercise_variant("05_compute_budget", None, **VARIANT_CHOICES)   # with no ID
+assert (_own.d, _own.c) == (ALLOC_DIM, ALLOC_CLASSES) and _own.h in cfg.alloc_widths, _own
+if cfg.scale == "default":
+    assert (_own.batch, _own.budget_flops) == (cfg.alloc_batch, sorted(cfg.alloc_budgets_flops)[1]), _own
 task
 
 # %% [markdown]

@@ -728,9 +728,11 @@ if cfg.late_gain_claim:                 # a preset whose seeds resolve it, from 
 # features can leave the floor is the kit's SSL benchmark's result, read from
 # its committed file where the repository is at hand (printed above with its seeds, steps and
 # intervals, each against the benchmark's goal; asserted: every MoCo row's interval lies above
-# its random-init floor). Its runs are longer; how its recipe (in
-# `benchmarks/bench_ssl_quality.py`) differs from this lesson's beyond length is not checked
-# here, so the benchmark shows that MoCo can leave the floor, not that length alone does. The second
+# its random-init floor). Its recipe (`benchmarks/bench_ssl_quality.py`) is this lesson's encoder,
+# head, K, T, m, optimizer and augmentation; its runs are longer, on the whole training set (this
+# lesson's `train_limit` caps it), and probed on a seeded subset of the test split (this lesson:
+# its first `probe_test` images). So the benchmark shows what more steps on more images buy, not
+# what length alone does. The second
 # comparison asks when the gain arrives, seed by seed: what steps `sweep_steps`+1 to `steps` add
 # against what steps 1 to `sweep_steps` did (equal windows at the default scale). The early
 # window's gain is measured from a floor, and the choice of floor moves it: lesson 02 finds the
@@ -965,8 +967,10 @@ print("Printed, not asserted: one seed per arm, and a gap this run cannot resolv
 # - The queue is training state. Resuming without it restarts with random negatives, and a run
 #   saved with the weights only cannot be continued bit for bit (lesson 10 measures this).
 # - Shuffle-BN on one device with G groups leaves about 1/G of a key's BN group shared with its
-#   query's group. Across real GPUs it also shuffles which samples share statistics across
-#   devices; the single-device split-BN here reproduces the statistics, not the communication.
+#   query's group. Across real GPUs the groups are the devices (the paper's 8), so far less is
+#   shared than with this lesson's G = 2, and the shuffle is a gather and a scatter of the keys
+#   between them; the single-device split-BN here reproduces the statistics, not the
+#   communication.
 
 # %% [markdown]
 # ## Exercises

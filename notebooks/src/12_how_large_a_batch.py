@@ -5,10 +5,10 @@
 #
 # Lesson 07 showed *how* to use more devices: n ranks, n shards of the batch, one update. This
 # lesson asks *whether they pay*. n devices make the global batch n times larger; they shorten
-# training only if n times the batch needs about n times fewer steps. The gradient noise scale
-# (McCandlish et al. 2018) says up to which batch that nearly holds: at the critical batch the
-# steps are still twice the minimum, so devices up to there give at least half the ideal
-# speed-up, and devices beyond it at most a further factor of 2. We measure it here.
+# training only if n times the batch needs about n times fewer steps. That holds well below the
+# critical batch B_crit, which the gradient noise scale (McCandlish et al. 2018) predicts; at
+# B_crit itself the steps are twice the minimum, so devices up to there give at least half the
+# ideal speed-up, and devices beyond it at most a further factor of 2. We measure it here.
 
 # %%
 # On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
@@ -129,7 +129,8 @@ def trainer(batch, lr, warmup, seed=cfg.seed):
 # replacement from N examples, which shrinks the noise term to
 # $\frac{\operatorname{tr}\Sigma}{B}\frac{N-B}{N-1}$; the with-replacement model ignores that
 # factor, which matters only when B is a sizeable share of N.) Far below it a step is mostly noise, and
-# doubling B halves the noise — nearly as good as taking two steps, so steps fall in proportion.
+# doubling B halves the noise's variance: with the LR doubled too (claim 4), one step is nearly as
+# good as two, so steps fall in proportion.
 # Far above it the gradient is already accurate; doubling B barely changes the step. The paper
 # fits the steps S and examples E = B·S needed to reach a loss with
 #
@@ -141,8 +142,9 @@ def trainer(batch, lr, warmup, seed=cfg.seed):
 # the steps are $2S_\text{min}$ and the examples $2E_\text{min}$. The paper's noise scale weighs the
 # noise by the Hessian H, $B_\text{noise} = \operatorname{tr}(H\Sigma)/(G^\top H G)$, which equals
 # $B_\text{simple}$ when H is a multiple of the identity. That $B_\text{crit} \approx B_\text{noise}$
-# is the paper's *prediction* (exact only for a quadratic loss with optimally tuned steps), not an
-# identity — and here we compare $B_\text{crit}$ with the cheaper $B_\text{simple}$.
+# is the paper's *prediction* (exact only for a quadratic loss with optimally tuned steps and a
+# noise scale that stays constant over training, which it does not: claim 2), not an identity;
+# so we compare $B_\text{crit}$ with the cheaper $B_\text{simple}$ read near the target loss.
 #
 # **Measuring it.** Measure |G_B|² at two sizes, B_small and B_big, and solve the two equations
 # for the two unknowns (the paper's unbiased estimator):
@@ -215,12 +217,14 @@ plt.show()
 #
 # **Claim 1.** The two-batch-size estimator measures the noise scale: at every probe it agrees
 # with the exact per-example answer within a factor `estimate_factor`, and their median ratio is
-# within a factor `median_factor` of 1 (both set and printed below). (Both are random at a point: the estimator draws its batches; the
-# exact value is exact only for the current wobbling iterate.)
+# within a factor `median_factor` of 1 (both set and printed below). Both are read at the same
+# iterate, so what separates them is the estimator's own draw of batches: one probe may be off by
+# it, the median of all probes much less.
 
 # %%
 estimate_ratios = np.array([t["b_simple_estimate"] / t["b_simple_exact"] for t in trajectory])
-estimate_factor, median_factor = 2.0, 1.5  # choices: a point may be off by the estimator's draw, the median less
+# choices: a point may be off by the estimator's draw, the median less (ci's few probes: more)
+estimate_factor, median_factor = 2.0, (1.5 if SCALE == "ci" else 1.2)
 print(f"estimate / exact B_simple at the {len(trajectory)} probes: "
       f"{', '.join(f'{r:.2f}' for r in estimate_ratios)} (median {np.median(estimate_ratios):.2f}); "
       f"allowed: each within ×{estimate_factor:g}, the median within ×{median_factor:g}")
@@ -239,8 +243,11 @@ assert abs(math.log(np.median(estimate_ratios))) < math.log(median_factor)
 # across the probes (Spearman's rank correlation below `rank_limit`: the loss of momentum SGD is
 # not monotone in the step, so this is B_simple against the loss, not against time); the last
 # probe's value must exceed the lowest by more than `growth_required` while the loss falls more
-# than `loss_fall_required`-fold, and exceed the value at initialisation; and the mechanism: from
-# the lowest probe to the last, |G|² must fall by a larger factor than tr Σ. The growth factor
+# than `loss_fall_required`-fold, and exceed the value at initialisation. The mechanism: from the
+# lowest probe to the last, |G|² falls by a larger factor than tr Σ, which, since B_simple =
+# tr Σ/|G|², is the growth restated (an identity, asserted as one). What the growth could also have
+# been is the spread rising; it is not: tr Σ falls too (asserted), so the growth is the signal
+# |G|² vanishing faster than the noise. The growth factor
 # starts from the lowest of several noisy probes, a selection that inflates it; the rank
 # correlation, which uses every probe from there on, is the fairer summary, and the headline
 # records both.
@@ -267,7 +274,7 @@ def ranks(values):
 # Spearman's ρ: the correlation of ranks (no ties among these real-valued losses)
 rank_corr = (float(np.corrcoef(ranks([t["loss"] for t in after_low]), ranks([t["b_simple_exact"] for t in after_low]))[0, 1])
              if len(after_low) >= 3 else float("nan"))  # ci's short run may leave too few probes
-rank_limit, growth_required, loss_fall_required = -0.5, 4, 10
+rank_limit, growth_required, loss_fall_required = -0.6, 4, 10   # -0.6: beyond Spearman's one-sided 5% point for 10 probes (about -0.56)
 print(f"rank correlation of loss and B_simple over the {len(after_low)} probes from the lowest on: ρ = {rank_corr:.2f} "
       f"(required < {rank_limit}); growth required > ×{growth_required}, loss fall > ×{loss_fall_required}")
 
@@ -279,7 +286,10 @@ if SCALE != "ci":  # at ci the run is too short for the loss to fall far
     assert growth > growth_required, "the noise scale must grow as the loss falls"
     assert late_b_simple > trajectory[0]["b_simple_exact"], "... past its value at initialisation"
     assert low["step"] > 0, "the noise scale must first drop below its value at initialisation"
-    assert grad_sq_fall > trace_cov_fall, "the growth must come from |G|² falling faster than tr Σ"
+    # identity, not evidence: growth = (tr Σ fall)⁻¹ · |G|² fall, so with growth > 1 this holds
+    assert grad_sq_fall > trace_cov_fall and abs(growth - grad_sq_fall / trace_cov_fall) < 1e-9 * growth
+    # evidence: the spread itself falls (fails if the growth came from the noise rising)
+    assert trace_cov_fall > 1, "tr Σ must fall too: the growth is |G|² vanishing, not the noise rising"
 
 # %% [markdown]
 # **The same measurement on SimCLR — and its batch's two roles.** The two-batch estimator only
@@ -461,7 +471,9 @@ S = np.array([r["steps"] for r in reached], float)
 E = B * S
 s_min, e_min = noise_scale.fit_steps_examples(B, S)
 b_crit = e_min / s_min
-# the noise scale where the probe run crossed the target loss (log-interpolated between probes)
+# the noise scale at the target loss: log-interpolated in the loss over the probes sorted by loss
+# (the loss is not monotone in the step, so the neighbours are neighbours in loss, not in time; the
+# spread of B_simple near the target is printed below, and the tolerance is set against it)
 losses = np.array([t["loss"] for t in trajectory])
 b_simples = np.array([t["b_simple_exact"] for t in trajectory])
 order = np.argsort(losses)
@@ -503,21 +515,31 @@ plt.show()
 # with the curve S/S_min = 1 + 1/(E/E_min − 1): it is not a separate test of the model. A point
 # whose S ≤ S_min or E ≤ E_min has no place on its log axes and is left out (the legend counts them).
 #
-# What to assert. Doubling a batch well below B_crit must save most of the steps: we require a
-# ratio ≥ 1.5 for B ≤ B_crit/4 (the model itself gives (1 + 4)/(1 + 2) ≈ 1.67 there, not 2).
-# Doubling one well above it must save little (< 1.3 for B ≥ 4·B_crit). The fit must describe the
-# measurements (every S within 35% of the curve). And B_crit must match the independently
+# What to assert (the thresholds printed below). Doubling a batch well below B_crit must save most
+# of the steps: a ratio of at least `BELOW_MIN` for B ≤ B_crit/4 (the model itself gives
+# (1 + 4)/(1 + 2) ≈ 1.67 there, not 2). Doubling one well above it must save little: under
+# `ABOVE_MAX` for B ≥ 2·B_crit (the model gives (1 + 1/2)/(1 + 1/4) = 1.2 there, and less beyond).
+# Both are read on the medians of the seeds; each seed's ratios are printed beside them. The fit
+# must describe the measurements (every S within `FIT_ERROR_MAX` of the curve). And B_crit must match the independently
 # measured B_simple: the paper predicts B_crit ≈ B_noise and finds them within a small factor on
 # its tasks. The factor we allow, `crit_tolerance`, is a choice, not derived: it is set against
 # how far B_simple itself moves between probes at nearly the same loss (printed below: the probes
 # within a factor 2 of the target loss).
 
 # %%
+BELOW_MIN, ABOVE_MAX, FIT_ERROR_MAX = 1.5, 1.3, 0.35   # choices, against the model's 1.67 and 1.2
 doubling = [(int(b), S[i] / S[i + 1]) for i, b in enumerate(B[:-1]) if B[i + 1] == 2 * b]
 below = [r for b, r in doubling if b <= b_crit / 4]
-above = [r for b, r in doubling if b >= 4 * b_crit]
+above = [r for b, r in doubling if b >= 2 * b_crit]
 fit_error = np.abs((s_min + e_min / B) / S - 1)
-print(f"steps saved per doubling: " + ", ".join(f"B={b}→{2 * b}: ×{r:.2f}" for b, r in doubling))
+print(f"steps saved per doubling (median of the seeds): " + ", ".join(f"B={b}→{2 * b}: ×{r:.2f}" for b, r in doubling))
+steps_of = {seed: {r["batch"]: r["steps"] for r in rows} for seed, rows in per_seed.items()}
+for b, _ in doubling:
+    if b <= b_crit / 4 or b >= 2 * b_crit:
+        print(f"  B={b}→{2 * b} ({'≤ B_crit/4' if b <= b_crit / 4 else '≥ 2·B_crit'}), per seed: "
+              + ", ".join(f"×{steps_of[seed][b] / steps_of[seed][2 * b]:.2f}" for seed in cfg.sweep_seeds))
+print(f"asserted: ≥ ×{BELOW_MIN} for B ≤ B_crit/4, < ×{ABOVE_MAX} for B ≥ 2·B_crit, "
+      f"every S within {FIT_ERROR_MAX:.0%} of the fit")
 near_target = [t["b_simple_exact"] for t in trajectory if cfg.target / 2 <= t["loss"] <= 2 * cfg.target]
 assert near_target, "no probe within ×2 of the target loss: the spread below cannot be shown"
 crit_tolerance = 3.0  # a choice, set against the spread printed next, not derived
@@ -531,19 +553,22 @@ print(f"largest deviation from the fit: {fit_error.max():.0%}; "
 # NBVAL_CHECK_OUTPUT
 if SCALE != "ci":  # ci's few batch sizes cannot resolve the knee
     assert len(reached) == len(sweep), "every batch size must reach the target"
-    assert below and min(below) >= 1.5, "below B_crit doubling the batch must nearly halve the steps"
-    assert above and max(above) < 1.3, "far above B_crit doubling the batch must save little"
-    assert fit_error.max() < 0.35
+    assert below and min(below) >= BELOW_MIN, "below B_crit doubling the batch must nearly halve the steps"
+    assert above and max(above) < ABOVE_MAX, "far above B_crit doubling the batch must save little"
+    assert fit_error.max() < FIT_ERROR_MAX
     assert 1 / crit_tolerance < b_crit / b_simple_target < crit_tolerance
 assert s_min > 0 and e_min > 0
 
 # %% [markdown]
 # **Claim 4 — the linear scaling rule (Goyal et al. 2017).** Where steps fall in proportion,
 # each example moves the weights by the same amount whatever the batch, so the LR should grow
-# in proportion to B. What we assert is weaker: up to B_crit the best LR grows by at least a
-# quarter of the factor by which B grows, and at the largest batch it is below a quarter of what
-# the linear rule gives — past B_crit it stops following the rule (on this grid it may even fall
-# back), capped by the largest step the loss surface tolerates. We also assert that every best LR lies strictly inside the grid, so none of them
+# in proportion to B. McCandlish et al. predict where that stops: the best LR is
+# ε_opt(B) = ε_max/(1 + B_noise/B), proportional to B well below B_noise and flat well above it.
+# What we assert: up to B_crit the best LR grows by at least a quarter of the factor by which B
+# grows; and every batch's best LR lies within one step of the grid (×2) of that prediction, with
+# B_noise read as the fitted B_crit and ε_max set so that the prediction passes through the smallest
+# batch's best LR (it fails if the best LR kept following the linear rule past B_crit, or flattened
+# well before it). We also assert that every best LR lies strictly inside the grid, so none of them
 # is merely the grid's edge.
 
 # %%
@@ -557,15 +582,21 @@ ax.set_ylabel("learning rate")
 ax.legend(fontsize=8)
 plt.show()
 linear_lr_at_largest = best_lr[0] * B[-1] / B[0]
+predicted_lr = best_lr[0] * (1 + b_crit / B[0]) / (1 + b_crit / B)     # ε_max/(1 + B_crit/B)
+LR_FACTOR = 2.0   # one step of the grid
 print(f"best LR {best_lr[0]} at B={int(B[0])}, {best_lr[-1]} at B={int(B[-1])}; the linear rule "
       f"would say {linear_lr_at_largest:.3g}")
+print("best LR / ε_max/(1 + B_crit/B) per batch: "
+      + ", ".join(f"B={int(b)}: {lr:g}/{p:.3g} = {lr / p:.2f}" for b, lr, p in zip(B, best_lr, predicted_lr))
+      + f" (asserted within ×{LR_FACTOR:g})")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 if SCALE != "ci":
     small_b = B <= b_crit
     assert best_lr[small_b][-1] / best_lr[0] >= (B[small_b][-1] / B[0]) / 4, "LR grows with B below B_crit"
-    assert best_lr[-1] < linear_lr_at_largest / 4, "far above B_crit the best LR saturates"
+    assert np.all(np.abs(np.log(best_lr / predicted_lr)) <= math.log(LR_FACTOR) + 1e-9), \
+        "each best LR within one grid step of ε_max/(1 + B_crit/B)"
     # the grid edges: a best LR at either end would be a bound, not a best
     assert cfg.lrs[0] < best_lr.min() and best_lr.max() < cfg.lrs[-1], "best LRs strictly inside the grid"
 
@@ -760,8 +791,9 @@ if SCALE != "ci":
     assert probe_rebounds, "the probe run must rebound too, or the rebounds may be the linear LR's after all"
 
 # %% [markdown]
-# **Claim 6 — accumulation keeps the batch, so it keeps the LR.** The course's training-practice
-# notes give a default learning rate "for one GPU at batch 2 accumulated to 64". Our own k and b
+# **Claim 6 — accumulation keeps the batch, so it keeps the LR.** One of the course's source texts,
+# a detector's training notes, gives its configuration's default learning rate "for one GPU at
+# batch 2 accumulated to 64" (paraphrased from the Chinese). Our own k and b
 # are printed below. Accumulating k micro-batches of b
 # (each loss scaled by 1/k, gradients summed, one update) is one update on the mean gradient of
 # k·b examples: the same update as batch k·b, so the LR tuned for batch k·b is the one to use,
@@ -1049,8 +1081,9 @@ assert step_speedup(150.0, 4, 1000) < 1 + 150.0 / 4 + 1e-9, "the speed-up is cap
 # within B_crit, the measured step speed-up next to the fitted curve's and the ideal one. The
 # model promises at least half the ideal there, and that is what we assert. Past B_crit, at most
 # a further factor of 2 however many devices are added: from B = B_crit the model's steps can
-# fall from 2·S_min to no less than S_min. Measured from the first batch at or past B_crit to the
-# fewest steps any measured batch took, asserted.
+# fall from 2·S_min to no less than S_min, and from a batch B past it by at most 1 + B_crit/B.
+# Measured from the first measured batch at or past B_crit to the fewest steps any measured batch
+# took, and asserted under that batch's bound.
 
 # %%
 b0 = int(B[0])
@@ -1064,14 +1097,16 @@ print(f"{n_measured} devices of batch {b0} (global {n_measured * b0} ≤ B_crit 
 past_crit = [i for i, bb in enumerate(B) if bb >= b_crit]
 first_past = past_crit[0] if past_crit else len(B) - 1   # ci's few batches may all lie below B_crit
 further_speedup = S[first_past] / S.min()
+further_bound = 1 + b_crit / B[first_past]
 print(f"from B = {int(B[first_past])} (the first measured batch at or past B_crit) to the fastest "
-      f"(B = {int(B[np.argmin(S)])}): a further ÷{further_speedup:.2f} in steps (the model: less than ÷2)")
+      f"(B = {int(B[np.argmin(S)])}): a further ÷{further_speedup:.2f} in steps (the model: at most "
+      f"÷{further_bound:.2f} from that batch, ÷2 from B_crit itself)")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 if SCALE != "ci":  # up to B_crit the model promises at least half the ideal speed-up
     assert measured_speedup >= 0.5 * n_measured, "devices up to B_crit must give half the ideal speed-up"
-    assert past_crit and further_speedup < 2, "past B_crit at most a further factor of 2"
+    assert past_crit and further_speedup < further_bound, "past B_crit at most a further 1 + B_crit/B"
 
 # %%
 headline(
@@ -1094,4 +1129,8 @@ headline(
     simclr_b_simple_last=simclr_last["b_simple"],
     warmup_below_crit_paired_diff=float(goyal_diff.mean()),
     warmup_below_crit_standard_error=goyal_comparison.standard_error,
+    devices_up_to_b_crit=n_measured,
+    step_speedup_up_to_b_crit=measured_speedup,
+    further_step_speedup_past_b_crit=further_speedup,
+    best_lr_over_prediction=[float(v) for v in best_lr / predicted_lr],
 )

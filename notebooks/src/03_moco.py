@@ -166,7 +166,11 @@ loss.backward()
 # the K negatives, the expected loss would be about log(1+K). At the start the freshly built queue
 # holds random unit vectors, nearly orthogonal to everything, while *any* real key — from any
 # image — comes out of the same random network as the query and points roughly where the query
-# points. Two counterfactuals separate "a real key against a random queue" from "the image's own
+# points. The temperature T (`cfg.temperature`, MoCo v2's 0.2; v1 used 0.07) divides every cosine
+# before the softmax, so a gap in cosine becomes a gap in logits 1/T times larger: the printout
+# below gives the positive's lead over the queue in logits: about the most the first loss can sit
+# below log(1+K), since the spread of the K negatives' logits around their mean (Jensen's
+# inequality on the log-sum-exp) takes some of it back. Two counterfactuals separate "a real key against a random queue" from "the image's own
 # key": (a) put a random queue key in the positive's place, and (b) put *another image's* key
 # there.
 
@@ -192,6 +196,8 @@ print(f"log(1+K) = {log_1k:.3f}; the first step's loss is {log_1k - start_loss:.
       f"With another image's key as the positive the loss is still {log_1k - loss_other_pos:.2f} nats "
       f"below log(1+K): {100 * other_share:.0f}% of the first step's drop needs only *a real key against "
       f"a random queue*; the image's own key adds the remaining {100 * (1 - other_share):.0f}%.")
+print(f"at T = {cfg.temperature}, the positive leads the queue by (cos_pos − cos_queue)/T = "
+      f"{(cos_pos - cos_queue) / cfg.temperature:.2f} in logits")
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -421,9 +421,15 @@ if SCALE != "ci":   # the claim's demonstration: at default and gpu scale the ru
 # **Claim 6.** A distributed run resumes exactly too, after one of its ranks dies.
 # `course_utils.distributed.train` is a complete training script for `torchrun` (DDP or FSDP2 by
 # `--strategy`, DDP below; gloo on CPUs, NCCL on GPUs; a `DistributedSampler` with `set_epoch`). Every
-# `--checkpoint-every` steps, each rank writes its part of the model and AdamW state with
-# `torch.distributed.checkpoint` and its own RNG state, schedule and data position to
-# `rank{r}.pt`; the folder becomes the newest checkpoint only once every rank has written:
+# `--checkpoint-every` steps the model and AdamW state go through `torch.distributed.checkpoint`
+# (DCP), and each rank writes its own RNG state, schedule and data position to `rank{r}.pt`; the
+# folder becomes the newest checkpoint only once every rank has written. Two DCP calls need a
+# word before you read them. `get_state_dict` names the optimizer's state by the parameters'
+# fully qualified names (not by their position in the optimizer), so a checkpoint can be loaded
+# into a differently built or differently sharded run; `dcp.load` loads *in place*, into tensors
+# already allocated with the run's own layout. Under DDP the state is the same on every rank and
+# DCP writes each tensor once; under FSDP2 each rank holds a shard and writes its part, and
+# loading on another number of ranks reshards it:
 
 # %%
 print(inspect.getsource(train_script.save_checkpoint))

@@ -830,9 +830,10 @@ assert accumulation_gap < 1e-12
 # in wall-clock time, if a step's time does not grow with n): at B = B_crit the steps are
 # 2·S_min, so up to B_crit/b devices of per-device batch b deliver at least half the ideal
 # speed-up, and any number beyond that at most a further factor of 2. In compute: the examples
-# processed are E_min(1 + B/B_crit), so past B_crit each doubling of the devices roughly doubles
-# the examples — compute spent on examples that barely shorten training (claim 3 asserts it: a
-# doubling above 4·B_crit saves under ×1.3 in steps, so it costs over ×1.5 in examples).
+# processed are E_min(1 + B/B_crit), so past B_crit each doubling of the devices multiplies the
+# examples by 1.5 at B_crit and by more beyond (about 1.8 at 4·B_crit) — compute spent on
+# examples that barely shorten training (claim 3 asserts it: a doubling from 2·B_crit on saves
+# under `ABOVE_MAX` in steps, so it costs over 2/`ABOVE_MAX` in examples).
 #
 # **SimCLR's batch has two roles.** In lesson 02 the batch is also the set of *candidates*: each
 # anchor's contrastive task gets harder and its loss better informed as B grows, a property of

@@ -96,6 +96,21 @@ def test_killed_save_leaves_previous_checkpoint_loadable(tmp_path):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="needs RLIMIT_FSIZE")
+def test_manager_removes_a_killed_saves_leftover_when_it_next_saves(tmp_path):
+    """Lesson 10 says CheckpointManager deletes the temporary file a killed save of its own
+    checkpoints leaves behind, when it next saves; a file of another name is not its own."""
+    mgr = ck.CheckpointManager(tmp_path, keep_last=2)
+    first = mgr.save({"step": 1}, 1)
+    assert ck.crash_during_save(first, n_bytes=4 * 2**20, kill_after_bytes=2**20, atomic=True) < 0
+    (tmp_path / ".other.pt.123.tmp").write_bytes(b"not the manager's")
+    assert len(list(tmp_path.glob(f".{first.name}.*.tmp"))) == 1, "the killed save's leftover"
+    mgr.save({"step": 2}, 2)
+    assert not list(tmp_path.glob(f".{first.name}.*.tmp")), "removed when the manager next saves"
+    assert (tmp_path / ".other.pt.123.tmp").exists()
+    assert ck.load(first) == {"step": 1}
+
+
+@pytest.mark.skipif(os.name != "posix", reason="needs RLIMIT_FSIZE")
 def test_naive_save_killed_midway_destroys_the_checkpoint(tmp_path):
     path = tmp_path / "last.pt"
     ck.save(path, {"version": 1})

@@ -341,10 +341,11 @@ assert gap > 1e-3, "without its queue the resumed MoCo run must differ"
 # %% [markdown]
 # **Claim 4.** A save killed midway leaves the previous checkpoint loadable. A child process
 # (multiprocessing) overwrites the checkpoint with a large state and is killed by the kernel after
-# writing part of it. With `checkpoint.save` the old file survives (the half-written temporary file is
-# left behind, printed below; `CheckpointManager` deletes such leftovers of its own checkpoints
-# when it next saves); with a plain `torch.save(state, path)` the old checkpoint is gone and
-# `checkpoint.load` says so, naming the file and what to do.
+# writing part of it. Both arms start from the same old file. With `checkpoint.save` the old
+# file survives (the half-written temporary file is left behind, printed below;
+# `CheckpointManager` deletes such leftovers of its own checkpoints when it next saves, as
+# `tests/test_checkpoint.py` checks); with a plain `torch.save(state, path)` the old checkpoint
+# is gone and `checkpoint.load` says so, naming the file and what to do.
 
 # %%
 last = workdir / "last.pt"
@@ -356,8 +357,8 @@ print(f"atomic save: child exit code {code_atomic}; the old checkpoint loads "
       f"({len(survivor['model'])} weight tensors); leftover temp files: "
       f"{[p.name for p in workdir.glob('.last.pt.*.tmp')]}")
 
-naive = workdir / "naive.pt"
-checkpoint.save(naive, {"kind": "payload"})
+naive = workdir / "naive.pt"     # the same old state as last.pt: the arms differ in `atomic` only
+checkpoint.save(naive, checkpoint.capture_training_state(model=model_s, optimizer=opt_s, scheduler=sched_s))
 code_naive = checkpoint.crash_during_save(naive, n_bytes=n, kill_after_bytes=n // 4, atomic=False)
 try:
     checkpoint.load(naive)

@@ -771,10 +771,12 @@ print(f"the probe run (B = {cfg.probe_batch}, LR {cfg.probe_lr}; the sweep's bes
 # either way: the kit's rule for one run (`course_utils.compare`) never asserts a "not resolved",
 # which another draw of seeds could resolve, and a "not resolved" would not be evidence of no
 # effect; the sign and the count of seeds say which way it leans. More seeds would narrow it (the
-# standard error falls as 1/√seeds). (3) In both arms every run rises above the target
-# again after reaching it, and the linear rule's LR exceeds the sweep's best LR at this batch
-# (both printed above). We do not attribute the rebounds to that: no arm here runs at the tuned
-# LR, and the probe run of section 3, at its own LR, rose above the target again too (printed above).
+# standard error falls as 1/√seeds). (3) Runs of both arms rise above the target again after
+# reaching it (how many, printed above), and the linear rule's LR exceeds the sweep's best LR at
+# this batch (printed above). We do not attribute the rebounds to that: no arm here runs at the tuned
+# LR, and the probe run of section 3, at its own LR, rose above the target again too (printed
+# above; it differs in batch, LR and warm-up as well, so it shows that rebounds happen without the
+# linear LR, not how much the linear LR adds to them).
 # So on this task, below B_crit, warm-up was not needed for the linearly scaled LR to reach the
 # target; whether it improves the end of training is what the printed interval says, no more. Past
 # B_crit (claim 5) a warm-up of the length tried did not rescue the linear LR. These are measurements, not a rule: Goyal et al. found warm-up necessary for
@@ -786,7 +788,8 @@ print(f"the probe run (B = {cfg.probe_batch}, LR {cfg.probe_lr}; the sweep's bes
 if SCALE != "ci":
     assert goyal_batch <= b_crit and goyal_batch >= 8 * B[0], "the test batch must be below B_crit and well above the smallest batch"
     assert all(goyal_reach["no warm-up"]), "without warm-up the linear LR must still train to the target"
-    assert all(goyal_rebounds) and len(goyal_rebounds) == 2 * len(cfg.goyal_seeds), "every run rebounds above the target"
+    # the phenomenon (3) discusses: how many runs rebound is printed, not claimed
+    assert len(goyal_rebounds) == 2 * len(cfg.goyal_seeds) and any(goyal_rebounds), "some run rebounds above the target"
     assert goyal_tuned_lr is not None and goyal_tuned_lr < goyal_lr, "the linear LR must exceed the tuned one here"
     assert probe_rebounds, "the probe run must rebound too, or the rebounds may be the linear LR's after all"
 

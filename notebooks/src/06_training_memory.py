@@ -37,7 +37,6 @@ from course_utils.report import headline, show_table
 from course_utils.models.transformer import TinyGPT, random_tokens, tinygpt_param_count
 from course_utils.runtime import setup
 from course_utils.scales import config
-from course_utils.models.transformer import tinygpt_param_count
 
 # TinyGPT configurations: (layers, hidden, heads, vocab, seq, batch)
 cfg = config(
@@ -69,15 +68,18 @@ print(device, cfg.example)
 
 # %%
 small = memory.PRESETS["GPT-2 small (124M)"]   # 12 layers of width 768, 12 heads
+# 16-bit mixed precision (bf16 and fp16 take the same bytes; a T4 would run fp16), eager
+# attention (it keeps the s² scores; fused attention, section 4, does not): batch 8 of 1,024 tokens
 gpt2 = memory.transformer_memory(small["layers"], small["hidden"], small["heads"], 50257, 1024, 8,
-                                 optimizer="adamw", precision="bf16-mixed")
+                                 optimizer="adamw", precision="bf16-mixed", attention="eager")
 gpt2_params = tinygpt_param_count(small["layers"], small["hidden"], 50257, 1024)
-print(f"GPT-2 small: {gpt2_params / 1e6:.0f} M parameters, {gpt2['params'] / GiB:.2f} GiB of bf16 weights")
+print(f"GPT-2 small: {gpt2_params / 1e6:.0f} M parameters, {gpt2['params'] / GiB:.2f} GiB of 16-bit weights")
 show_table([{"line": k, "GiB": round(v / GiB, 2)} for k, v in gpt2.items()])
 t4_bytes = memory.DEVICES["T4 (Colab) 16 GB"]   # what torch reports on Colab, not the marketed 16 GB
-print(f"the bf16 weights are {gpt2['params'] / t4_bytes:.1%} of a T4's {t4_bytes / GiB:.1f} GiB, and "
-      f"{gpt2['params'] / gpt2['total']:.0%} of the predicted total")
-# the predictor's lines: the weights are the smallest, tied with their 2-byte gradients
+print(f"the 16-bit weights are {gpt2['params'] / t4_bytes:.1%} of a T4's {t4_bytes / GiB:.1f} GiB and "
+      f"{gpt2['params'] / gpt2['total']:.0%} of the predicted total; the total is "
+      f"{gpt2['total'] / t4_bytes:.0%} of the T4")
+# identities of the predictor's constants (2 bytes each, the smallest line), shown for the reading
 assert gpt2["params"] == min(v for k, v in gpt2.items() if k != "total") == gpt2["grads"]
 assert gpt2["params"] < 0.05 * t4_bytes, "a small fraction of the device"
 
@@ -89,7 +91,7 @@ assert gpt2["params"] < 0.05 * t4_bytes, "a small fraction of the device"
 # | precision | weights | gradients | fp32 master | optimizer (SGD / momentum / Adam) | Adam total |
 # |---|---|---|---|---|---|
 # | fp32 | 4 | 4 | — | 0 / 4 / 8 | 16 |
-# | bf16-mixed (ZeRO's count, read back from one step below) | 2 | 2 | 4 | 0 / 4 / 8 | **16** |
+# | 16-bit mixed (ZeRO's count, fp16 there; bf16 read back from one step below) | 2 | 2 | 4 | 0 / 4 / 8 | **16** |
 # | Megatron: bf16 weights, fp32 gradients | 2 | 4 | 4 | 0 / 4 / 8 | **18** |
 # | Megatron: fp16 weights and gradients, an fp32 copy of the gradients | 2 | 2 + 4 | 4 | 0 / 4 / 8 | **20** |
 #
@@ -99,7 +101,9 @@ assert gpt2["params"] < 0.05 * t4_bytes, "a small fraction of the device"
 # gain an fp32 copy for the whole step.
 #
 # Mixed precision does not shrink Adam's resident state at all: the moments and the master
-# copy stay fp32 so that small updates are not rounded away.
+# copy stay fp32 so that small updates are not rounded away (bf16 keeps 8 significant bits: a
+# weight near 1.0, such as a LayerNorm gain, cannot take a step as small as a typical AdamW
+# update, and stepped in bf16 directly it rounds back to where it was).
 #
 # The bf16-mixed row, on one real step kept the way ZeRO counts it: the model in bf16 (weights
 # and gradients 2 bytes), an fp32 master copy that AdamW updates (its moments are created in the
@@ -253,8 +257,11 @@ ratios = {r["optimizer"]: r["ratio"] for r in opt_rows}
 assert ratios == {"sgd": 0.0, "sgd-momentum": 1.0, "adam": 2.0, "adamw": 2.0}, ratios
 
 # %% [markdown]
-# **Claim 3.** Recomputation trades compute for memory: full recomputation keeps a small fraction
-# of the activations (the fraction printed below, equal to the op-by-op count's) for less than the third more FLOPs that a whole extra forward pass would cost
+# **Claim 3.** Recomputation trades compute for memory: full recomputation stores a small
+# fraction of the activations at the end of the forward (the fraction printed below, equal to the
+# op-by-op count's; during backward the block being recomputed adds its own internals again, one
+# block at a time, which `what_fits` books as `recompute_workspace`) for less than the third more
+# FLOPs that a whole extra forward pass would cost
 # (a forward is a third of a step's matmul FLOPs here: backward runs two matmuls for each of
 # forward's, asserted); selective drops the s² attention tensors for a few FLOPs. Why less than a
 # third: the non-reentrant checkpoint stops recomputing as soon as backward has every tensor it
@@ -274,8 +281,9 @@ _L, _h, _a, _v, _s, _b = cfg.recompute_model
 predicted_full_ratio = 1 + _L * (16 * _b * _s * _h**2 + 4 * _b * _s**2 * _h) / tr["none"]["flops"]
 predicted_full_memory_ratio = (memory.tinygpt_activation_bytes(*cfg.recompute_model, recompute="full")
                                / memory.tinygpt_activation_bytes(*cfg.recompute_model))
-print(f"full recomputation keeps {tr['full']['memory_ratio']:.4f} of the activations "
-      f"({predicted_full_memory_ratio:.4f} predicted by the op-by-op count)")
+print(f"full recomputation stores {tr['full']['memory_ratio']:.4f} of the activations at the end of the forward "
+      f"({predicted_full_memory_ratio:.4f} predicted by the op-by-op count); during backward one re-run "
+      f"block's internals are alive again on top of that")
 print(f"full recomputation: {tr['full']['flops_ratio']:.3f}x the FLOPs measured, {predicted_full_ratio:.3f}x "
       f"predicted with the early stop; a whole extra forward pass would be "
       f"{1 + tr['none']['forward_flops'] / tr['none']['flops']:.3f}x (forward: "
@@ -368,6 +376,8 @@ assert slope[True] == predicted_slope(device.type), (slope[True], predicted_slop
 assert slope_under_rules[device.type] == slope[True]     # the fake reading agrees with the real step
 assert slope_under_rules["cuda"] == predicted_slope("cuda") != predicted_slope("cpu") == slope_under_rules["cpu"]
 assert predicted_ratio["cpu"] < predicted_ratio["cuda"] < 1, "autocast shrinks activations on both, less on CUDA"
+# identity, not evidence: autocast never changes the parameters' dtype, so the optimizer state
+# cannot differ (section 2's bf16-model arm is where the moments really shrink)
 assert opt_bytes[True] == opt_bytes[False]
 
 # %% [markdown]
@@ -393,16 +403,25 @@ for seq, ratio in layer_ratio.items():
 
 # %%
 # NBVAL_CHECK_OUTPUT
-assert 768 < crossover_seq < 1024
+assert 768 < crossover_seq < 1024     # arithmetic on GPT-2 small's shape (identity); the evidence is next
 assert layer_ratio[768] < 1 < layer_ratio[1024], layer_ratio   # the crossover, on both sides of it
 
 # %% [markdown]
+# The table's wall-clock columns are printed, not claimed: on these tiny CPU shapes a checkpoint's
+# per-op and hook overhead and the memory-bound softmax weigh more than the FLOPs say, and a
+# median of a few runs on a shared CPU is noisy; no claim rests on time.
+#
+# Checkpointing every block is one end of a range. Keeping the inputs of every k-th block instead
+# stores n/k block inputs plus, during backward, the k blocks of one segment re-run at once:
+# n/k + k is smallest at k = √n, which is Chen et al.'s (2016) √n memory for one extra forward.
+#
 # Section 1's 16-bit activations are Korthikanti et al.'s count for Megatron's layer (fused
 # softmax, 5 bytes per score), not plain PyTorch autocast's; fused attention
 # (`scaled_dot_product_attention`) keeps no s² tensor at all, which is why real runs use it.
 #
 # **On a GPU** the allocator reports what the step really took: `torch.cuda.max_memory_allocated`
-# (activations + gradients + temporaries), and a snapshot of every allocation that
+# (everything allocated at the peak; the lesson's `cuda_peak_bytes` subtracts what existed before
+# the step), and a snapshot of every allocation that
 # [pytorch.org/memory_viz](https://pytorch.org/memory_viz) draws over time. On a CPU both helpers
 # return `None` and record nothing.
 
@@ -450,11 +469,13 @@ what_fits_widget()
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(12, 4), sharey=True)
-settings = [dict(precision="fp32", batch=8), dict(precision="fp16-mixed", batch=8, attention="eager"),
-            dict(precision="fp16-mixed", batch=8)]
+# like for like: panels 1 and 2 differ in precision only, panels 2 and 3 in attention only
+settings = [dict(precision="fp32", batch=8, attention="sdpa"), dict(precision="fp16-mixed", batch=8, attention="sdpa"),
+            dict(precision="fp16-mixed", batch=8, attention="eager")]
 for ax, kw in zip(axes, settings):
     rep = memory.what_fits("GPT-2 small (124M)", seq=1024, **kw)
     plot_memory_breakdown(rep, ax=ax, title=", ".join(f"{k}={v}" for k, v in kw.items()))
+    print(", ".join(f"{k}={v}" for k, v in kw.items()) + f": {rep['total'] / GiB:.2f} GiB, fits a T4: {rep['fits']}")
 plt.tight_layout()
 plt.show()
 
@@ -463,9 +484,14 @@ plt.show()
 #
 # - On CPU we measure what autograd **stores**, not peak memory. The predictor leaves out the CUDA
 #   context, allocator caching and fragmentation, kernel workspaces, temporaries inside and between
-#   ops, gradient buffers produced during backward, and the one layer full recomputation
+#   ops, the activation gradients (dL/dx) alive during backward, and the one layer full recomputation
 #   re-materialises (`what_fits` adds that one as "recompute_workspace"). A real peak is higher:
-#   treat a small headroom as "does not fit".
+#   treat a small headroom as "does not fit". Its "total" is a conservative sum of lines, not one
+#   instant: with gradients freed before each step, they do not exist at the end of the forward,
+#   and activations are freed as gradients appear; the real peak usually falls early in backward
+#   or at the optimizer step. And the caching allocator keeps freed blocks *reserved*: an
+#   out-of-memory error and `nvidia-smi` see reserved memory plus fragmentation, more than
+#   `max_memory_allocated`.
 # - The 16-bit formula assumes Megatron's layer (dropout, fused kernels, fp32 logits). Our fp32
 #   TinyGPT has no dropout, so its count is the derived one above; the two agree in structure, not
 #   in constants. Autocast's per-op dtypes differ between devices (softmax is fp32 on CUDA, bf16
@@ -671,9 +697,9 @@ for _mode in ("none", "full"):
 headline(
     predictor_worst_error_bytes=worst,
     adam_state_over_params=ratios["adam"],
-    full_recompute_memory_kept=tr["full"]["memory_ratio"],
+    full_recompute_stored_fraction=tr["full"]["memory_ratio"],
     full_recompute_flops_paid=tr["full"]["flops_ratio"],
     selective_memory_kept=tr["selective"]["memory_ratio"],
     bf16_per_sample_activation_ratio=bf16_ratio,
-    gpt2_small_bf16_adam_gib=gpt2["total"] / GiB,
+    gpt2_small_16bit_eager_adam_gib=gpt2["total"] / GiB,
 )

@@ -13,6 +13,10 @@ Bytes per parameter (``state_bytes_per_param``)::
     bf16-mixed                   2      2      4         0 / 4 / 8      -> Adam: 16 bytes/param
     bf16-mixed, fp32 grad acc.   2      2+4    4         0 / 4 / 8      -> Adam: 20 bytes/param
 
+The last row keeps 16-bit gradients plus an fp32 accumulation copy: Megatron's fp16 layout (20).
+Megatron's bf16 layout accumulates into fp32 gradients only (2 + 4 + 4 + 8 = 18 with Adam),
+which this table does not offer.
+
 Optimizer states are fp32 under both precisions: bf16 autocast shrinks activations, not them.
 
 Activations of a GPT-like layer (``korthikanti_layer_activation_bytes``; Korthikanti et al. 2022,
@@ -153,8 +157,9 @@ def tinygpt_layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int
     copy P @ v saves (2·a·s²·b). Selective recomputation drops P on both; full keeps the fp32
     block input (4·sbh). The bf16 weight copies autocast saves are per step, not per sample
     (they do not grow with the batch) and are not counted here.
-    Versus Korthikanti's 16-bit count: no dropout masks (3sbh bytes) and no dropout output
-    (2as²b bytes).
+    Versus Korthikanti's 16-bit count: no dropout masks (2sbh bytes after the attention and MLP
+    projections, as²b in attention; the embedding's sbh sits in the head) and no attention-dropout
+    output (2as²b bytes).
 
     ``attention="sdpa"`` (fp32 only): no P; the fused kernel keeps its output (4sbh, a storage of
     its own: the output projection saves the contiguous copy) and one log-sum-exp per row and

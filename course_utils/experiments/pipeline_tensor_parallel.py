@@ -161,7 +161,13 @@ def tensor_parallel_mlp(rank: int, world_size: int, cfg: dict | None = None) -> 
         "w2": (tp.w2.grad - full[2].weight.grad[:, part]).abs().max().item(),
         "b2": (tp.b2.grad - full[2].bias.grad).abs().max().item(),
         "x": (x_tp.grad - x_full.grad).abs().max().item()}
+    # the unsplit gradients' size, per tensor: the gaps are judged against it (a fixed bound would
+    # pass a wrong gradient wherever the gradients are small)
+    grad_scale = {"w1": full[0].weight.grad.abs().max().item(), "b1": full[0].bias.grad.abs().max().item(),
+                  "w2": full[2].weight.grad.abs().max().item(), "b2": full[2].bias.grad.abs().max().item(),
+                  "x": x_full.grad.abs().max().item()}
     result = {"output_diff": (y_tp - y_full).abs().max().item(), "grad_diff": grad_diffs,
+              "grad_scale": grad_scale,
               "allreduce_calls": dict(forward=forward_calls,
                                       backward=comm.calls["all_reduce"] - forward_calls),
               "allreduce_bytes": comm.payload["all_reduce"],

@@ -6,7 +6,8 @@
 # This course follows one question through lessons 01–12: *how does a learning objective turn
 # into one training step that a machine can actually run?* Lesson 13 returns to the objectives
 # of 02–03 and takes their negatives away. This tour shows the machine you are on,
-# the datasets (all of them work offline), and how scales, the ledger and the exercises work.
+# the datasets (those the kit ships work offline; CIFAR-10 and STL-10 are downloaded once, for the
+# gpu scale), and how scales, the ledger and the exercises work.
 # The course is built on a set of Chinese source texts; where a lesson names one of their terms,
 # the Chinese is given once in parentheses beside the English (the resource ledger, 资源账).
 
@@ -33,7 +34,7 @@ STUDENT_ID = os.environ.get("COURSE_STUDENT_ID", "")  # your name or ID: your ex
 #
 # - `"ci"` — tiny, proves the notebook runs (this is what `make test` uses);
 # - `"default"` — teaches: real curves within minutes on a laptop CPU;
-# - `"gpu"` — a Colab GPU with real datasets (CIFAR-10, STL-10).
+# - `"gpu"` — a Colab GPU with a real dataset (CIFAR-10; `load_dataset` also knows STL-10).
 #
 # Left alone, the cell lets the device choose: `"gpu"` on a CUDA runtime (a Colab GPU), `"default"`
 # elsewhere. Choose yourself by editing the cell (`SCALE = "ci"`), with `COURSE_SCALE=ci` in the
@@ -64,7 +65,8 @@ device = setup(SCALE, seed=cfg.seed)   # prints the scale, why, and the device
 # ## The machine
 #
 # `describe_device()` reports what torch sees. On Colab choose *Runtime → Change runtime type → GPU*
-# for `SCALE="gpu"`; without a GPU that scale stops at the first cell with a message saying so.
+# for `SCALE="gpu"`; without a GPU that scale stops at `setup()` (the cell after the parameters)
+# with a message saying so.
 
 # %%
 info = describe_device()
@@ -75,12 +77,16 @@ print(format_table([{"fact": k, "value": v} for k, v in info.items()]))
 #
 # `load_dataset(name, split)` returns the whole split as tensors on a device: `.images`
 # (N×C×H×W, float in [0, 1]), `.labels`, `.classes`. Nothing is downloaded unless you pass
-# `download=True` (CIFAR-10 and STL-10, for the gpu scale).
+# `download=True` (CIFAR-10, for the gpu scale; STL-10 too, which no lesson uses yet). The list
+# below is every dataset `load_dataset` knows; the ones that need a download are marked by the
+# cell after the pictures.
 
 # %%
-print("datasets the kit loads:", ", ".join(available_datasets()))
+print("datasets load_dataset knows:", ", ".join(available_datasets()))
 shapes = load_dataset("shapes", "train", device=device)
 print(shapes)
+assert shapes.images.dtype == torch.float32 and shapes.images.device.type == device.type
+assert 0 <= shapes.images.min() and shapes.images.max() <= 1, "images are floats in [0, 1]"
 show_images(shapes.images[:cfg.grid], labels=shapes.labels[:cfg.grid], classes=shapes.classes,
             title="shapes (the embedded default): the class is the shape")
 plt.show()
@@ -109,8 +115,11 @@ plt.show()
 # %%
 try:
     load_dataset("cifar10", download=False)
+    cifar_message = None     # already downloaded into data/ (after a gpu run): nothing to say
 except DatasetUnavailableError as err:
+    cifar_message = str(err)
     print(err)
+assert cifar_message is None or "download" in cifar_message, cifar_message
 
 # %% [markdown]
 # ## Augmentations run on the device, batched
@@ -130,12 +139,16 @@ show_images(torch.cat([batch, view1, view2]), nrow=8, title="originals / view 1 
 plt.show()
 again = augment(batch, torch.Generator().manual_seed(0))
 assert torch.equal(again, view1), "same seed, same views"
+assert view1.device == batch.device and not torch.equal(view1, view2), "two draws, two views, on the device"
+same_image = augment(batch[:1].expand(8, -1, -1, -1), torch.Generator().manual_seed(1))
+assert all(not torch.equal(same_image[0], same_image[i]) for i in range(1, 8)), "randomness per image"
 
 # %% [markdown]
 # ## The ledger
 #
-# Every lesson measures its cost claims with `course_utils.ledger.measure`, which runs one training
-# step and returns its resource ledger; claims about learned features go through the probes
+# Most lessons measure their cost claims with `course_utils.ledger.measure`, which runs one
+# training step and returns its resource ledger (the distributed lessons count their
+# collectives with `course_utils.distributed`'s tools too); claims about learned features go through the probes
 # (`course_utils.evaluate`) and paired seeds (`course_utils.compare`). Lesson 01 predicts each
 # ledger line by hand and checks it.
 
@@ -145,13 +158,35 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 step = make_step(Supervised(model), opt)       # every objective trains through make_step
 record = measure(lambda: step((shapes.images[:16], shapes.labels[:16])), model=model, optimizer=opt)
 print(record)
+assert record.encoded == {"images": 16}
+assert record.optimizer_bytes == 0 and record.recomputed_flops == 0    # plain SGD; no checkpointing
+
+# %% [markdown]
+# The ledger's lines, each the answer to one question about the step:
+#
+# | line | the question |
+# |---|---|
+# | **encoded now** | how many inputs went through the encoder this step |
+# | **kept for backward** | what autograd holds from the forward until the backward needs it |
+# | **cached** | what is kept from *earlier* steps to use again (MoCo's queue, lesson 03) |
+# | **resident state** | what lives for the whole run: weights, gradients, optimizer state |
+# | **repeated** | work done twice: forwards re-run by recomputation, inputs encoded twice |
+# | **communicated** | bytes sent between devices (lessons 07–10) |
+#
+# Here, on one device with plain SGD, several lines are zero and the printout says which:
+# no optimizer state (SGD without momentum keeps none; Adam would keep two moments per weight),
+# nothing repeated (no recomputation, each image encoded once), and nothing cached or
+# communicated (no cache registered, one process): the later lessons fill each of them.
 
 # %% [markdown]
 # ## Exercises
 #
 # Every lesson ends with 2–4 short exercises. Most ask you to **predict, then measure**: you write
-# a number (or a small formula) first, and the test cells below it measure the same quantity live
-# with the kit and compare. Run the test cells to check your answer; an instructor grades the same
+# a number (or a small formula) first, and the check below it measures the same quantity live
+# with the kit and compares (in this edition the test cells; in your copy, the student edition, a
+# cell `exercises.check("q1_...")`; `exercises.reveal("q1_...")` shows the solution once you have
+# tried). Locally, `make lab` opens your copies in `my-work/` (`COURSE_SCALE=ci make lab` for a
+# quick pass), and `make course` runs every lesson at the teaching scale. An instructor grades the same
 # notebooks with [otter-grader](https://otter-grader.readthedocs.io) (see `docs/instructor.md`),
 # with a few hidden tests on edge cases.
 #

@@ -38,9 +38,10 @@ def test_vit_large_and_the_mae_speed_up():
         with_mask_tokens = ssl_ledger("mae", 4, mask_ratio=0.75, mask_tokens_in_encoder=True)
     # He et al. 2022 (MAE), Table 2(c), as reported (not re-checked): an encoder that also
     # processes the mask tokens costs 3.3x the training FLOPs of one that sees the 25% visible
-    # patches only (ViT-L, 8-block decoder). The abstract (checked) says "3x or more", wall-clock.
+    # patches only (ViT-L, 8-block decoder of MLP ratio 4). The abstract (checked) says "3x or
+    # more", wall-clock. Within 2%: the figure has two digits.
     speed_up = with_mask_tokens.flops / visible_only.flops
-    assert speed_up == pytest.approx(3.3, rel=0.10), speed_up
+    assert speed_up == pytest.approx(3.3, rel=0.02), speed_up
     assert visible_only.encoded["encoder tokens"] == 4 * 196 // 4
 
 

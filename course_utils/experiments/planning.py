@@ -137,7 +137,8 @@ def resnet50_encoder(stride_in: str = "3x3") -> nn.Module:
 
 def vit_large_16(image_size: int = 224) -> nn.Module:
     """ViT-L/16 (24 blocks, width 1024, 16 heads, MLP 4096) built with the kit's ``ViT``
-    (no class token; fixed sin-cos positions): the MAE paper's encoder."""
+    (no class token; fixed sin-cos positions): the MAE paper's encoder, less its class token
+    (MAE appends one, which changes a step's FLOPs by one token in 50 of the visible ones)."""
     return ViT(image_size=image_size, patch_size=16, dim=1024, depth=24, heads=16, mlp_ratio=4)
 
 
@@ -163,8 +164,10 @@ def ssl_ledger(objective: str, batch: int, *, image_size: int = 224, queue_size:
     torch.manual_seed(0)
     augment = None
     if objective == "mae":
+        # the paper's decoder: 8 blocks, 512 wide, 16 heads, MLP ratio 4 (He et al. 2022)
         model = MAE(encoder or vit_large_16(image_size), mask_ratio=mask_ratio, decoder_dim=512,
-                    decoder_depth=8, decoder_heads=16, mask_tokens_in_encoder=mask_tokens_in_encoder)
+                    decoder_depth=8, decoder_heads=16, decoder_mlp_ratio=4,
+                    mask_tokens_in_encoder=mask_tokens_in_encoder)
         opt = make_optimizer(optimizer or "adamw", model.parameters(), lr=1.5e-4, foreach=False)
     else:
         backbone = encoder or resnet50_encoder()

@@ -188,11 +188,13 @@ class MAE(Objective):
     training_loss(batch, augment=None, generator=None) → {"loss", "pred", "mask"}.
     mask_tokens_in_encoder=True: the encoder runs on all L tokens, masked ones replaced by a
     learned mask token plus their position (same loss and decoder; for the speed comparison).
+    decoder_mlp_ratio: the decoder blocks' MLP width over decoder_dim (the lessons' small
+    decoders use 2; the paper's 8×512 decoder uses 4).
     """
 
     def __init__(self, encoder: nn.Module, mask_ratio: float = 0.75, decoder_dim: int = 64,
                  decoder_depth: int = 1, decoder_heads: int = 4, norm_pix_loss: bool = False,
-                 mask_tokens_in_encoder: bool = False):
+                 mask_tokens_in_encoder: bool = False, decoder_mlp_ratio: float = 2):
         super().__init__()
         for attr in ("embed_patches", "encode_tokens", "patchify", "num_patches", "pos_embed"):
             if not hasattr(encoder, attr):
@@ -203,7 +205,8 @@ class MAE(Objective):
         self.norm_pix_loss = bool(norm_pix_loss)
         self.mask_tokens_in_encoder = bool(mask_tokens_in_encoder)
         self.decoder = MAEDecoder(encoder.dim, encoder.num_patches, encoder.grid_size,
-                                  encoder.patch_dim, decoder_dim, decoder_depth, decoder_heads)
+                                  encoder.patch_dim, decoder_dim, decoder_depth, decoder_heads,
+                                  decoder_mlp_ratio)
         if self.mask_tokens_in_encoder:
             self.encoder_mask_token = nn.Parameter(torch.zeros(1, 1, encoder.dim))
             nn.init.normal_(self.encoder_mask_token, std=0.02)

@@ -152,7 +152,8 @@ assert len({r.resident_bytes for r in simclr.values()}) == 1  # the state does n
 # state does not change. With DDP each of `n` GPUs takes 4096/n images, so the per-GPU rows above
 # are the per-rank ledgers of batch 4096 on 4096/b GPUs, up to the negatives gathered from the
 # other ranks, which these single-rank rows leave out (the gathered loss keeps a few percent at
-# most of what the encoders keep, printed and checked below). The smallest such `n` that fits, and what
+# most of what the encoders keep, printed and checked below). The smallest such `n` among the
+# measured per-GPU batches (powers of two) that fits, and what
 # DDP and the gathered negatives send (each measured in a fake world of `n` ranks):
 
 # %%
@@ -166,8 +167,10 @@ with fake_world(max(simclr_gpus, 2)) as mesh, fake_mode():
     negatives = gathered_negatives_ledger(per_gpu)
 negatives_share = negatives.comm_bytes / ddp.comm_bytes
 negatives_kept_share = negatives.activation_bytes / simclr[per_gpu].activation_bytes
+kept_over_resident = simclr[largest].activation_bytes / simclr[largest].resident_bytes
 print(f"batch {largest}: {simclr_gpus} GPUs of {per_gpu} images each "
-      f"({needs_bytes(simclr[per_gpu]) / 1e9:.1f} GB per GPU)")
+      f"({needs_bytes(simclr[per_gpu]) / 1e9:.1f} GB per GPU; the smallest among the measured per-GPU "
+      f"batches); on one device backward would keep {kept_over_resident:,.0f}x the resident state")
 print(f"DDP gradient all-reduce: {ddp.comm_bytes / 1e6:.1f} MB sent per GPU per step; "
       f"gathered negatives: {negatives.comm_bytes / 1e6:.2f} MB ({negatives_share:.1%} of it); the gathered "
       f"loss keeps {negatives_kept_share:.2%} of what the encoders keep for backward")
@@ -183,14 +186,16 @@ assert all(needs_bytes(simclr[b]) <= MARGIN * GPU_BYTES for b in simclr if b <= 
 assert abs(ddp.comm_bytes / (2 * (ddp.world_size - 1) / ddp.world_size * ddp.grad_bytes) - 1) < 1e-6   # ring all-reduce of fp32 grads
 assert negatives_share < 0.1
 assert negatives_kept_share < 0.05   # the per-GPU rows may leave the gathered loss out
-# what makes batch 4096 expensive on one device: backward's kept bytes, several times the resident state
-assert simclr[largest].activation_bytes > 5 * simclr[largest].resident_bytes
+# what makes batch 4096 expensive on one device: backward's kept bytes, orders of magnitude above
+# the resident state (printed above)
+if cfg.paper:
+    assert kept_over_resident > 100, kept_over_resident
 
 # %% [markdown]
 # The gathered negatives are cheap on the wire (under a tenth of DDP's bytes, checked above): the
 # all-gather moves B×128 embeddings per view per rank, against the gradients of every parameter.
-# What makes batch 4096 expensive is what backward keeps (on one device, several times the
-# resident state: checked above).
+# What makes batch 4096 expensive is what backward keeps (on one device, orders of magnitude
+# more than the resident state: the ratio is printed and checked above).
 #
 # ### MoCo v2: batch 256 on 8 GPUs, K = 65,536
 #
@@ -202,9 +207,12 @@ MOCO_BATCH, MOCO_GPUS, MOCO_QUEUE = 256, 8, 65536   # MoCo v2's configuration (H
 with fake_mode():
     moco = ssl_ledger("moco", MOCO_BATCH // MOCO_GPUS, image_size=cfg.image_size, queue_size=MOCO_QUEUE)
 key_encoder_bytes = moco.param_bytes - moco.grad_bytes   # parameters that get no gradient
-moco_parts = {"queue (cache)": moco.cache_bytes, "key encoder copy": key_encoder_bytes,
+queue_key_bytes = MOCO_QUEUE * 128 * 4   # the queue itself: K fp32 keys of 128 dimensions
+moco_parts = {"cache (queue + the kit's ids and ages)": moco.cache_bytes, "key encoder copy": key_encoder_bytes,
               "query encoder": moco.grad_bytes, "kept for backward": moco.activation_bytes}
 show_table([{"MoCo v2 per GPU": k, "MB": v / 1e6} for k, v in moco_parts.items()])
+print(f"of the cache, the K×128 fp32 keys are {queue_key_bytes / 1e6:.2f} MB; the rest is the kit's own "
+      f"bookkeeping (each key's image id and age, two int64 per key), which MoCo itself does not keep")
 print(f"{MOCO_QUEUE:,} negatives cost {moco.cache_bytes / 1e6:.1f} MB of queue, "
       f"{moco.cache_bytes / key_encoder_bytes:.0%} of the key encoder copy and "
       f"{moco.cache_bytes / moco.activation_bytes:.1%} of what backward keeps")
@@ -213,6 +221,9 @@ print(f"{MOCO_QUEUE:,} negatives cost {moco.cache_bytes / 1e6:.1f} MB of queue, 
 # NBVAL_CHECK_OUTPUT
 assert key_encoder_bytes == moco.grad_bytes   # the key encoder is a full copy of the query side
 assert moco.cache_bytes < key_encoder_bytes < moco.activation_bytes
+# identity of the cache's layout: the keys, plus the kit's ids and ages (two int64 per key) and
+# its two scalar counters
+assert moco.cache_bytes - queue_key_bytes - 2 * 8 * MOCO_QUEUE in (0, 16), moco.cache_bytes
 
 # %% [markdown]
 # ### MAE, ViT-L/16: what the encoder sees
@@ -453,11 +464,15 @@ assert eager.activation_bytes - gpt["fsdp", n0, "none"].activation_bytes == \
 #   paper's count includes a classification head, ours is the encoder alone): asserted within 2%.
 # - MAE: the abstract says masking "accelerate[s] training (by 3× or more)" (checked; wall-clock).
 #   Table 1(c) reports that an encoder that also processes the mask tokens costs 3.3× the training
-#   FLOPs (ViT-L, 8-block decoder; not re-checked): asserted within 10%.
+#   FLOPs (ViT-L, 8-block, 512-wide decoder of MLP ratio 4, as the ledger builds it; not
+#   re-checked): asserted within 2% (the figure has two digits; the ledger's encoder lacks MAE's
+#   class token).
 # - MoCo v2 (Chen et al. 2020, Table 3, 8 V100 GPUs; not re-checked): 5.0 GB per GPU for MoCo at
 #   batch 256, and 93.0 GB (extrapolated) per GPU for end-to-end, SimCLR-style training at batch
-#   4096, i.e. 512 images per GPU. A GPU's peak also holds what the ledger cannot see (cuDNN
-#   workspaces, allocator caching), so the ledger must come in below each, but not below half.
+#   4096, i.e. 512 images per GPU. The table gives "5.0G" and "93.0G" under "memory/GPU"; we read
+#   G as 10⁹ bytes (GiB would make the ratios below smaller; the unit is not stated). A GPU's
+#   memory as reported also holds what the ledger cannot see (cuDNN workspaces, allocator
+#   caching), so the ledger must come in below each, but not below half.
 # - TorchTitan's Llama 3.1 8B (its benchmark page `benchmarks/llama3_h100_202412_torchtitan.md`,
 #   Tables 1 and 3, checked; torchtitan commit 9dec370): FSDP2 on 8 and on 128 H100s, local batch
 #   2, "selective activation checkpointing": a peak of 82.4 and 67.0 GiB per GPU. Inferred, not on
@@ -491,7 +506,7 @@ assert abs(he2016_gmacs / PUBLISHED["he2016_resnet50_gmacs"] - 1) < 0.02, he2016
 if cfg.paper:   # FLOPs and bytes at 224 px need the paper's image size
     assert abs(resnet_gmacs / PUBLISHED["resnet50_gmacs"] - 1) < 0.01, resnet_gmacs
     assert he2016_gmacs < resnet_gmacs   # the stride's place alone: same parameters, fewer FLOPs
-    assert abs(mae_speed_up / PUBLISHED["mae_speed_up"] - 1) < 0.10, mae_speed_up
+    assert abs(mae_speed_up / PUBLISHED["mae_speed_up"] - 1) < 0.02, mae_speed_up
     for k in ("moco_gpu_bytes", "e2e_4096_gpu_bytes"):
         assert 0.5 < measured[k] / PUBLISHED[k] <= 1.0, (k, measured[k])
 
@@ -644,10 +659,17 @@ show_table([
     {"run": "7B GPT, 2T tokens", "predicted at our MFU": f"{llama_gpu_hours:,.0f} GPU-h (A100)",
      "reported": "184,320 GPU-h (LLaMA 2 7B)", "implied MFU": llama_implied_mfu},
 ])
+# the convention: the ledger counts every matmul FLOP, attention's scores included (PaLM's
+# convention), where the common estimate is 6·N per token (N: the parameters)
+per_token = eager.flops / (GPT_7B["seq"] * GPT_7B["batch"])
+print(f"model FLOPs per token: the ledger's {per_token:.3g} against 6·N = {6 * psi:.3g} for this model's "
+      f"{psi / 1e9:.2f} B parameters ({per_token / (6 * psi) - 1:+.0%}); with 6·N the implied MFU above "
+      f"would be {llama_implied_mfu * 6 * psi / per_token:.0%}")
 flash_extra = gpt["fsdp", n0, "none"].flops / eager.flops - 1   # the scores flash recomputes
 print(f"{cfg.gpt_layers}-layer GPT, one sequence of {GPT_7B['seq']} tokens per GPU: {step_seconds(eager.flops):.2f} s per step at "
       f"{MFU:.0%} MFU (model FLOPs); the hardware does {100 * flash_extra:.1f}% more with flash attention's "
-      f"recomputed scores and {100 * (recompute_flops[n1] - 1):.0f}% more with full recomputation, "
+      f"recomputed scores and {100 * (gpt['fsdp', n1, 'full'].flops / eager.flops - 1):.0f}% more with full recomputation "
+      f"(both against the model's FLOPs), "
       f"which slows the step in proportion at the same hardware utilisation")
 
 # %%
@@ -673,7 +695,7 @@ toy = recompute_tradeoff(2, 128, 4, 256, 64, 4, modes=("none",), repeats=3, devi
 here = utilisation(toy["flops"], toy["seconds"], device)
 print(f"toy step: {toy['flops'] / 1e9:.2f} GFLOP in {toy['seconds'] * 1e3:.1f} ms = "
       f"{here['flops_per_second'] / 1e9:.1f} GFLOP/s; peak here {here['peak_flops'] / 1e9:.1f} GFLOP/s; "
-      f"MFU {here['mfu']:.1%}")
+      f"fraction of the measured matmul peak {here['mfu']:.1%}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -682,8 +704,10 @@ assert 0 < here["mfu"] < 1   # a sanity check: no step beats the large-matmul pe
 # %% [markdown]
 # The toy step reaches the fraction of the matmul peak printed above. The peak is one large
 # matmul timed on this machine, so the fraction says how much of this CPU's best matmul
-# speed a small step keeps (its small matrices and the dispatch between ops cost it some); a
-# number to set beside the papers' implied MFUs, not a property of the model.
+# speed a small step keeps (its small matrices and the dispatch between ops cost it some). It is
+# not comparable with the papers' implied MFUs: those divide by a datasheet peak, which a measured
+# matmul on the machine itself does not reach, so this fraction runs systematically higher; and it
+# is not a property of the model.
 #
 # **Plan your own run.** The planner measures the step you choose — SimCLR, MoCo v2 or MAE on
 # ResNet-50 / ViT-L, or a GPT — with the precision and optimizer you pick, on fake tensors and
@@ -742,8 +766,8 @@ from course_utils.variants import exercise_variant
 task = exercise_variant("11_plan_the_real_run", STUDENT_ID, ranks=(8, 2, 4, 16, 64),
                         layers=(2, 1, 3, 4), hidden=(256, 128, 192, 320),
                         global_batch=(4096, 2048, 8192, 16384), gpu_gb=(80, 40, 24, 141))
-task
 TASK_GPT = dict(layers=task.layers, hidden=task.hidden, heads=4, vocab=1000, seq=128, batch=1)
+task
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -919,6 +943,6 @@ headline(
     gpt_fsdp_over_ddp_sent=fsdp_over_ddp[cfg.ranks[0]],
     llama_implied_mfu=llama_implied_mfu,
     simclr_implied_mfu=simclr_implied_mfu,
-    toy_step_mfu_here=here["mfu"],
+    toy_step_fraction_of_measured_peak=here["mfu"],
     planner_cpu_seconds=planner_seconds,
 )

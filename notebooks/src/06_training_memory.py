@@ -103,7 +103,8 @@ assert gpt2["params"] < 0.05 * t4_bytes, "a small fraction of the device"
 # Mixed precision does not shrink Adam's resident state at all: the moments and the master
 # copy stay fp32 so that small updates are not rounded away (bf16 keeps 8 significant bits: a
 # weight near 1.0, such as a LayerNorm gain, cannot take a step as small as a typical AdamW
-# update, and stepped in bf16 directly it rounds back to where it was).
+# update, and stepped in bf16 directly it rounds back to where it was; measured below on the
+# LayerNorm gains of a fresh model, with and without the master).
 #
 # The bf16-mixed row, on one real step kept the way ZeRO counts it: the model in bf16 (weights
 # and gradients 2 bytes), an fp32 master copy that AdamW updates (its moments are created in the
@@ -166,6 +167,41 @@ assert mixed_per_param == {"weights": predicted_per_param["params"], "gradients"
 assert sum(mixed_per_param.values()) == 16
 # evidence: would fail if AdamW kept fp32 moments whatever the model's dtype
 assert direct_record.optimizer_bytes / n_mixed == 4   # without the master, the moments follow the model
+
+
+def layernorm_gains_after(steps, with_master):
+    """The LayerNorm gains (built at 1.0) of a fresh bf16 TinyGPT after `steps` AdamW steps at
+    lr 1e-3: stepped on an fp32 master (returned in fp32), or on the bf16 weights directly."""
+    torch.manual_seed(cfg.seed)
+    net = TinyGPT(*cfg.example[3:5], *cfg.example[:3]).to(device=device, dtype=torch.bfloat16)
+    gains = [p for n, p in net.named_parameters() if ".ln" in n and n.endswith("weight")]
+    if not with_master:
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            net.loss(tokens, targets).backward()
+            opt.step()
+        return torch.cat([g.detach().float() for g in gains])
+    fp32 = {p: p.detach().float() for p in gains}
+    opt = torch.optim.AdamW(list(fp32.values()), lr=1e-3)
+    for _ in range(steps):
+        net.zero_grad(set_to_none=True)
+        net.loss(tokens, targets).backward()
+        for p16, p32 in fp32.items():
+            p32.grad = p16.grad.float()
+        opt.step()
+        with torch.no_grad():
+            for p16, p32 in fp32.items():
+                p16.copy_(p32)
+    return torch.cat(list(fp32.values()))
+
+
+# evidence for "small updates are rounded away": fails if bf16 could hold a step of lr 1e-3 at 1.0
+direct_gains, master_gains = layernorm_gains_after(3, False), layernorm_gains_after(3, True)
+print(f"LayerNorm gains after 3 AdamW steps at lr 1e-3: on the bf16 weights directly, "
+      f"{(direct_gains == 1).float().mean():.0%} still exactly 1.0; on the fp32 master, "
+      f"{(master_gains == 1).float().mean():.0%}")
+assert (direct_gains == 1).all() and (master_gains != 1).any()
 
 # %% [markdown]
 # **Activations** are per token. Korthikanti et al. (2022) count one Megatron GPT layer, 16-bit

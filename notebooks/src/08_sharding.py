@@ -107,8 +107,9 @@ assert ddp_per_rank == sum(sharding.predicted_state_bytes(seven_b, 64, "ddp").va
 # In PyTorch: ZeRO-1 is `torch.distributed.optim.ZeroRedundancyOptimizer` (wraps any optimizer;
 # each rank owns whole parameters, greedily balanced by size). ZeRO-3 is FSDP2
 # `fully_shard(module)`: parameters become `DTensor`s sharded by rows; `reshard_after_forward=False`
-# keeps the gathered parameters until backward — one all-gather saved, ZeRO-2-like traffic, at
-# the price of holding the full parameters during the step.
+# keeps the gathered parameters until backward — one all-gather saved, ZeRO-2-like traffic in
+# the ring model (this gloo's reduce-scatter sends more, section 5), at the price of holding the
+# full parameters during the step.
 
 # %% [markdown]
 # ## 3 · Worked example: one model, four ways, on one rank and on `cfg.ranks`
@@ -358,6 +359,15 @@ if fsdp_wire is not None:  # Linux: bytes the rank process wrote to its sockets
           "process group's bookkeeping, as in lesson 07)")
     assert 1.0 <= fsdp_wire / as_all_reduce < WIRE_OVERHEAD_MAX and fsdp_wire / as_ring > 1.2, fsdp_wire
     assert 1.0 <= two["ddp"]["comm"]["wire_bytes"] / two["ddp"]["comm"]["ring_bytes_sent"] < WIRE_OVERHEAD_MAX
+    # torch's ZeRO-1 (an all-reduce and a broadcast) on the wire, against its ring model
+    assert 1.0 <= two["zero1"]["comm"]["wire_bytes"] / two["zero1"]["comm"]["ring_bytes_sent"] < WIRE_OVERHEAD_MAX
+    # like for like: fsdp and fsdp_keep differ by one all-gather of the parameters, so their wire
+    # bytes differ by one ring all-gather, (n−1)/n·4Ψ: the all-gather is priced as a ring, and the
+    # excess over the ring model sits in the reduce-scatter
+    one_gather = fsdp_wire - two["fsdp_keep"]["comm"]["wire_bytes"]
+    print(f"FSDP2 − fsdp_keep on the wire: {one_gather:,} bytes against one ring all-gather's "
+          f"{(cfg.ranks - 1) / cfg.ranks * param_bytes:,.0f}")
+    assert 1.0 <= one_gather / ((cfg.ranks - 1) / cfg.ranks * param_bytes) < WIRE_OVERHEAD_MAX, one_gather
 
 # %% [markdown]
 # - **Bytes are not time.** ZeRO-3's extra all-gather is cheap when it overlaps with compute

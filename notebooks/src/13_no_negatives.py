@@ -314,13 +314,15 @@ assert share_of_step < 0.05, "at this batch the matrix is a small part of what t
 #
 # Runs from the same initialisation, same batches, same steps: SimSiam as designed, and
 # SimSiam with the stop-gradient removed (the gradient flows into both branches), plus a third
-# without the predictor (p = z, stop-gradient kept); the three arms from each of `cfg.seeds`
+# without the predictor (p = z, stop-gradient kept; with p = z the stop-gradient only halves the
+# gradient, so this arm is the no-stop-gradient ablation again, an identity checked below); the
+# three arms from each of `cfg.seeds`
 # (the plots show the first seed, the claims are asserted on every seed). Every `collapse_every` steps we read the
 # projections z of the same held-out views (single reads are noisy, so the claims use the mean
 # over the last third of the run). Collapse is a state, not a difference in means: each seed's
 # cut arms are judged against fixed marks (a constant's effective rank is 1, its std and
-# uniformity 0, which the cut arms approach but do not reach at this length: they end on about
-# one direction, not on one vector) and against that seed's kept arm, every seed has to meet
+# uniformity 0: the cut arms end close to a constant, rank about 1 and uniformity near 0) and
+# against that seed's kept arm, every seed has to meet
 # them, and no paired interval over seeds is needed:
 #
 # - **std**: the mean over dimensions of the standard deviation of the L2-normalised z (Chen & He
@@ -445,9 +447,11 @@ print(f"Seed {cfg.seed}, means over the last third of {cfg.collapse_steps} steps
       f"SimSiam as designed stays off the constant: loss {late_loss('SimSiam'):+.3f}, uniformity "
       f"{kept['uniformity']:+.2f}, std {kept['std']:.3f} (1/√d = {1 / math.sqrt(cfg.dim):.3f}). But its "
       f"effective rank is {kept['effective_rank']:.1f} of {cfg.dim}: it uses a few directions, which the std "
-      f"alone does not show. That is low, but claim 2's contrastive arms land in the same range (its table), "
-      f"so this lesson does not tie it to the missing negatives (Jing et al. 2022 find such 'dimensional "
-      f"collapse' in contrastive methods too). The claims are asserted below on each of the {len(cfg.seeds)} seeds.")
+      f"alone does not show. That is low; claim 2's table prints the contrastive arms' ranks after its own "
+      f"budget (another length, and other heads: the rank is uncentred, and SimSiam's projector ends in a "
+      f"BatchNorm with a learned shift that theirs lack), so this lesson does not tie the low rank to the "
+      f"missing negatives (Jing et al. 2022 find such 'dimensional collapse' in contrastive methods too). "
+      f"The claims are asserted below on each of the {len(cfg.seeds)} seeds.")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -473,6 +477,16 @@ if cfg.claims:
         assert flat_s["effective_rank"] < 1.2 and flat_s["loss"] < -0.9, (s, flat_s)
         assert flat_s["std"] < 0.6 * kept_s["std"] and flat_s["uniformity"] > kept_s["uniformity"] / 4, (s, flat_s)
 
+# identity, not evidence: without the predictor (p = z) the symmetric loss with the stop-gradient
+# has exactly half the gradient of the same loss without it, and AdamW ignores a constant scale of
+# the gradient (up to its eps): the no-predictor arm is the no-stop-gradient ablation again, as
+# Chen & He (§4.3) note, not a second, independent one
+_z1, _z2 = (torch.randn(8, cfg.dim, generator=torch.Generator().manual_seed(k), dtype=torch.float64,
+                        requires_grad=True) for k in (0, 1))
+_with_sg = torch.autograd.grad(simsiam_loss(_z1, _z2, _z1, _z2), (_z1, _z2))
+_without = torch.autograd.grad(simsiam_loss(_z1, _z2, _z1, _z2, stop_gradient=False), (_z1, _z2))
+assert all(torch.allclose(2 * a, b, rtol=1e-12, atol=0) for a, b in zip(_with_sg, _without))
+
 # %% [markdown]
 # ### Claim 2: at one budget, SimSiam beside SimCLR and MoCo
 #
@@ -481,9 +495,10 @@ if cfg.claims:
 # `budget_steps` SimCLR steps (steps = budget ÷ its own measured FLOPs per step, so MoCo, whose key
 # view has no backward, takes more steps), `cfg.seeds` seeds per arm, then a linear probe of the
 # backbone. The floor is the kit's one random-init floor: each seed's backbone as built, probed
-# untouched; beside it, for the claim that SimSiam has not left its floor, the lower of it and the
-# same backbone with BatchNorm calibrated on the probe's images (lesson 02: the choice moves a
-# ResNet's floor), seed by seed. Each comparison is paired by seed; a direction is resolved only where the 95% interval
+# untouched; beside it, for the reading of whether SimSiam has left its floor (printed, not
+# claimed), the lower of it and the same backbone with BatchNorm calibrated on the probe's images
+# (lesson 02: the choice moves a ResNet's floor), seed by seed: the lenient floor for "SimSiam
+# learned". Each comparison is paired by seed; a direction is resolved only where the 95% interval
 # excludes zero, and claimed only under the kit's rule for one run (`course_utils.compare`; the
 # preset records each claim's room).
 
@@ -590,7 +605,8 @@ if cfg.verdicts is not None:
     claimed = {key: uniformity_comparison if key == "uniformity" else comparisons[key] for key in expected}
     assert all(claimed[key].holds(accepted) for key, accepted in expected.items()), verdicts
 if cfg.claims:   # claim 1's design stays off the constant at every seed, by claim 1's marks for the kept arm
-    assert all(budget_runs["SimSiam", s]["effective_rank"] > 2 and budget_runs["SimSiam", s]["uniformity"] < -0.3
+    assert all(budget_runs["SimSiam", s]["effective_rank"] > 2
+               and budget_runs["SimSiam", s]["std"] > 0.75 / math.sqrt(cfg.dim)
                for s in cfg.seeds), {s: budget_runs["SimSiam", s] for s in cfg.seeds}
 
 # %% [markdown]
@@ -609,13 +625,14 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed, by cla
 #   above it half way and at the end, and every seed's full run is above its own quarter-way probe
 #   (all asserted). Those are the same runs, differing only in the steps trained: with that
 #   recipe, SimSiam's shortfall against the goal is the start of training, and more steps of the
-#   same run carry it past the goal. Its gap to SimCLR is another matter: SimCLR is ahead in the
-#   mean a quarter, half way and at the end (printed with the paired intervals, asserted), and at
-#   the end the seeds do not place SimSiam ahead (asserted; this run leaves the end not resolved,
-#   printed), so the gap narrows (each seed's gap at the end against its own a quarter of the
-#   way, paired: printed, asserted) but is not shown closed; SimCLR nears the probe's ceiling by
-#   the end (every seed above 90%, asserted), so the narrowing is not evidence of SimSiam catching
-#   up (the two rows also differ in optimizer). A quarter of the way SimSiam is the only one of the four objectives
+#   same run carry it past the goal. Its gap to SimCLR is another matter: SimCLR is ahead a
+#   quarter and half way (resolved, asserted), and at the end the seeds do not place SimSiam ahead
+#   (not reversed, asserted; the end is not resolved; the paired intervals printed), and the gap
+#   narrows (each seed's gap at the end against its own a
+#   quarter of the way, paired: printed, asserted) but is not shown closed. SimCLR nears the
+#   probe's ceiling by the end (every seed above 90%, asserted), so the narrowing may be the
+#   ceiling squeezing SimCLR's gains: it does not show that SimSiam learns faster or would close
+#   the gap (the two rows also differ in optimizer). A quarter of the way SimSiam is the only one of the four objectives
 #   that the seeds place below the goal on shapes (the others above it or not resolved; printed
 #   and asserted; the rows differ in optimizer, in steps, since each objective's budget is what
 #   the time bought it (MAE's the most, printed and asserted), and MAE in architecture and floor,
@@ -636,7 +653,9 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed, by cla
 # - **Recipe.** The arms share an optimizer (AdamW with the preset's `weight_decay`); the papers tune each
 #   method separately (SimSiam: SGD with a fixed predictor learning rate). Here SimSiam's
 #   predictor is as wide as d (the paper: a d/4 bottleneck) and its projector's last BatchNorm
-#   has a learned scale and shift (the official code's has none). A per-method recipe could move
+#   has a learned scale and shift (the official code's has none), which also gives the
+#   no-stop-gradient arm of claim 1 a direct route to a constant (scale to 0, z = the shift) that
+#   the paper's projector lacks. A per-method recipe could move
 #   every number here: the kit's SSL benchmark later gave SimSiam SGD (its paper's momentum and
 #   weight decay, a learning rate searched on development seeds, but on the benchmark's probe
 #   images, one run per setting), because with this lesson's AdamW
@@ -694,9 +713,11 @@ else:
                      for i in range(3)]
     for where, comparison in zip(("a quarter of the way", "half way", "at the end"), versus_simclr):
         print(f"{where}: " + comparison.describe(1, " points"))
-    # claim: SimCLR ahead in the mean at all three points, and the end not SimSiam's
-    assert all(c.mean > 0 for c in versus_simclr) and versus_simclr[-1].holds(not_reversed("SimCLR > SimSiam")), \
-        [c.describe(1) for c in versus_simclr]
+    # claims, by the kit's rule for one run (the committed result's rooms: 21.2 a quarter of the way,
+    # 4.8 half way; the end's interval touches zero): SimCLR ahead a quarter and half way, and at the
+    # end the seeds do not place SimSiam ahead (not reversed)
+    assert all(c.verdict == "SimCLR > SimSiam" for c in versus_simclr[:2]) \
+        and versus_simclr[2].holds(not_reversed("SimCLR > SimSiam")), [c.describe(1) for c in versus_simclr]
     # the gap narrows: each seed's gap at the end against its own gap a quarter of the way (the
     # comparisons' per-seed differences, both in the same sorted seed order)
     narrowing = compare_paired(versus_simclr[0].differences, versus_simclr[2].differences,
@@ -705,7 +726,7 @@ else:
     simclr_end = {s: r["linear"] for s, r in shapes["simclr"]["seeds"].items()}
     print(f"SimCLR's linear probe at the end: {100 * min(simclr_end.values()):.1f}-"
           f"{100 * max(simclr_end.values()):.1f}% over its seeds, against a ceiling of 100%: the room "
-          f"left for SimCLR's gain shrinks as it nears it, so a narrowing gap is not SimSiam catching up")
+          f"left for SimCLR's gain shrinks as it nears it, so a narrowing gap does not show SimSiam learning faster")
     # claims: the gap narrows (the interval decides it, room 1.1 in the committed result) while
     # SimCLR nears the probe's ceiling (every seed's end within 10 points of it)
     assert narrowing.holds(("the gap a quarter of the way > the gap at the end",)), narrowing.describe(1)

@@ -644,9 +644,10 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed, by cla
 #   SimSiam rows are the recipe change's SGD rows (asserted: the same numbers), trained in a later
 #   session than its other rows; the second presumably used SGD too: it came after the change (by
 #   the order of the runs; the file does not record its optimizer).
-# - **Why no collapse** is not settled by this lesson: we show that the stop-gradient (and the
-#   predictor) is necessary here to keep the features off a single direction, not why it is
-#   sufficient for that; nor does the lesson show that SimSiam's low effective rank differs from
+# - **Why no collapse** is not settled by this lesson: we show that the stop-gradient is necessary
+#   here to keep the features off a single direction (without the predictor the stop-gradient
+#   only halves the gradient, an identity, so that arm is the same ablation again), not why it
+#   is sufficient for that; nor does the lesson show that SimSiam's low effective rank differs from
 #   the contrastive arms' at this budget. BYOL relies on the same predictor and
 #   stop-gradient, with a momentum target on top; VICReg and Barlow Twins avoid collapse another
 #   way, with explicit variance and decorrelation terms in the loss.

@@ -155,17 +155,17 @@ def tensor_parallel_mlp(rank: int, world_size: int, cfg: dict | None = None) -> 
         forward_calls = comm.calls["all_reduce"]
         F.mse_loss(y_tp, target).backward()
     part = tp.part
+    unsplit = {"w1": full[0].weight.grad, "b1": full[0].bias.grad, "w2": full[2].weight.grad,
+               "b2": full[2].bias.grad, "x": x_full.grad}
     grad_diffs = {
-        "w1": (tp.w1.grad - full[0].weight.grad[part]).abs().max().item(),
-        "b1": (tp.b1.grad - full[0].bias.grad[part]).abs().max().item(),
-        "w2": (tp.w2.grad - full[2].weight.grad[:, part]).abs().max().item(),
-        "b2": (tp.b2.grad - full[2].bias.grad).abs().max().item(),
-        "x": (x_tp.grad - x_full.grad).abs().max().item()}
+        "w1": (tp.w1.grad - unsplit["w1"][part]).abs().max().item(),
+        "b1": (tp.b1.grad - unsplit["b1"][part]).abs().max().item(),
+        "w2": (tp.w2.grad - unsplit["w2"][:, part]).abs().max().item(),
+        "b2": (tp.b2.grad - unsplit["b2"]).abs().max().item(),
+        "x": (x_tp.grad - unsplit["x"]).abs().max().item()}
     # the unsplit gradients' size, per tensor: the gaps are judged against it (a fixed bound would
     # pass a wrong gradient wherever the gradients are small)
-    grad_scale = {"w1": full[0].weight.grad.abs().max().item(), "b1": full[0].bias.grad.abs().max().item(),
-                  "w2": full[2].weight.grad.abs().max().item(), "b2": full[2].bias.grad.abs().max().item(),
-                  "x": x_full.grad.abs().max().item()}
+    grad_scale = {name: g.abs().max().item() for name, g in unsplit.items()}
     result = {"output_diff": (y_tp - y_full).abs().max().item(), "grad_diff": grad_diffs,
               "grad_scale": grad_scale,
               "allreduce_calls": dict(forward=forward_calls,

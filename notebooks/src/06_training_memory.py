@@ -125,19 +125,21 @@ master_opt = torch.optim.AdamW(master, lr=1e-3)
 tokens, targets = random_tokens(2, cfg.example[4], cfg.example[3], generator=torch.Generator().manual_seed(0), device=device)
 
 
-def mixed_precision_step():
-    mixed_model.zero_grad(set_to_none=True)
-    mixed_model.loss(tokens, targets).backward()
-    for p32, p16 in zip(master, mixed_model.parameters()):
+def mixed_precision_step(model, master, opt):
+    """One step of the bf16 `model` whose update AdamW (`opt`) makes on its fp32 `master` copy."""
+    model.zero_grad(set_to_none=True)
+    model.loss(tokens, targets).backward()
+    for p32, p16 in zip(master, model.parameters()):
         p32.grad = p16.grad.float()          # transient fp32 gradient for the update
-    master_opt.step()
+    opt.step()
     with torch.no_grad():
-        for p32, p16 in zip(master, mixed_model.parameters()):
+        for p32, p16 in zip(master, model.parameters()):
             p16.copy_(p32)
             p32.grad = None
 
 
-mixed_record = measure(mixed_precision_step, model=mixed_model, optimizer=master_opt)
+mixed_record = measure(lambda: mixed_precision_step(mixed_model, master, master_opt), model=mixed_model,
+                       optimizer=master_opt)
 n_mixed = sum(p.numel() for p in mixed_model.parameters())
 mixed_per_param = {"weights": mixed_record.param_bytes / n_mixed, "gradients": mixed_record.grad_bytes / n_mixed,
                    "fp32 master": sum(p.numel() * p.element_size() for p in master) / n_mixed,
@@ -146,14 +148,15 @@ show_table([{**mixed_per_param, "total bytes/param": sum(mixed_per_param.values(
 direct_opt = torch.optim.AdamW(mixed_model.parameters(), lr=1e-3)   # no master: AdamW on the bf16 weights
 
 
-def direct_bf16_step():
-    direct_opt.zero_grad(set_to_none=True)
-    mixed_model.loss(tokens, targets).backward()
-    direct_opt.step()
+def direct_bf16_step(model, opt):
+    """One step of the bf16 `model` whose update AdamW (`opt`) makes on the bf16 weights."""
+    opt.zero_grad(set_to_none=True)
+    model.loss(tokens, targets).backward()
+    opt.step()
 
 
-direct_bf16_step()   # creates the moments
-direct_record = measure(direct_bf16_step, model=mixed_model, optimizer=direct_opt)
+direct_bf16_step(mixed_model, direct_opt)   # creates the moments
+direct_record = measure(lambda: direct_bf16_step(mixed_model, direct_opt), model=mixed_model, optimizer=direct_opt)
 show_table([{"arm": "fp32 master + AdamW", "Adam moments bytes/param": mixed_record.optimizer_bytes / n_mixed},
             {"arm": "AdamW on the bf16 weights", "Adam moments bytes/param": direct_record.optimizer_bytes / n_mixed}])
 
@@ -170,30 +173,20 @@ assert direct_record.optimizer_bytes / n_mixed == 4   # without the master, the 
 
 
 def layernorm_gains_after(steps, with_master):
-    """The LayerNorm gains (built at 1.0) of a fresh bf16 TinyGPT after `steps` AdamW steps at
-    lr 1e-3: stepped on an fp32 master (returned in fp32), or on the bf16 weights directly."""
+    """The LayerNorm gains (built at 1.0) of a fresh bf16 TinyGPT after `steps` of the steps
+    above, AdamW at lr 1e-3: on an fp32 master of every weight (the gains returned from it), or on
+    the bf16 weights directly; the two arms differ in the master only."""
     torch.manual_seed(cfg.seed)
     net = TinyGPT(*cfg.example[3:5], *cfg.example[:3]).to(device=device, dtype=torch.bfloat16)
-    gains = [p for n, p in net.named_parameters() if ".ln" in n and n.endswith("weight")]
-    if not with_master:
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
-        for _ in range(steps):
-            opt.zero_grad(set_to_none=True)
-            net.loss(tokens, targets).backward()
-            opt.step()
-        return torch.cat([g.detach().float() for g in gains])
-    fp32 = {p: p.detach().float() for p in gains}
-    opt = torch.optim.AdamW(list(fp32.values()), lr=1e-3)
+    weights = [p.detach().float() for p in net.parameters()] if with_master else list(net.parameters())
+    opt = torch.optim.AdamW(weights, lr=1e-3)
     for _ in range(steps):
-        net.zero_grad(set_to_none=True)
-        net.loss(tokens, targets).backward()
-        for p16, p32 in fp32.items():
-            p32.grad = p16.grad.float()
-        opt.step()
-        with torch.no_grad():
-            for p16, p32 in fp32.items():
-                p16.copy_(p32)
-    return torch.cat(list(fp32.values()))
+        if with_master:
+            mixed_precision_step(net, weights, opt)
+        else:
+            direct_bf16_step(net, opt)
+    names = [n for n, _ in net.named_parameters()]
+    return torch.cat([w.detach().float() for n, w in zip(names, weights) if ".ln" in n and n.endswith("weight")])
 
 
 # evidence for "small updates are rounded away": fails if bf16 could hold a step of lr 1e-3 at 1.0

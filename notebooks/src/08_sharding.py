@@ -365,9 +365,10 @@ if fsdp_wire is not None:  # Linux: bytes the rank process wrote to its sockets
     # bytes differ by one ring all-gather, (n−1)/n·4Ψ: the all-gather is priced as a ring, and the
     # excess over the ring model sits in the reduce-scatter
     one_gather = fsdp_wire - two["fsdp_keep"]["comm"]["wire_bytes"]
+    ring_gather_of_params = (cfg.ranks - 1) / cfg.ranks * param_bytes
     print(f"FSDP2 − fsdp_keep on the wire: {one_gather:,} bytes against one ring all-gather's "
-          f"{(cfg.ranks - 1) / cfg.ranks * param_bytes:,.0f}")
-    assert 1.0 <= one_gather / ((cfg.ranks - 1) / cfg.ranks * param_bytes) < WIRE_OVERHEAD_MAX, one_gather
+          f"{ring_gather_of_params:,.0f}")
+    assert 1.0 <= one_gather / ring_gather_of_params < WIRE_OVERHEAD_MAX, one_gather
 
 # %% [markdown]
 # - **Bytes are not time.** ZeRO-3's extra all-gather is cheap when it overlaps with compute

@@ -372,7 +372,8 @@ print(f"naive save: child exit code {code_naive}; load says:\n  {naive_error}")
 assert code_atomic < 0 and code_naive < 0, "both children must have been killed"
 # every tensor of the old file as it was saved (checkpoint.load maps to the CPU)
 assert survivor["model"].keys() == model_s.state_dict().keys()
-assert all(torch.equal(survivor["model"][k], v.cpu()) for k, v in model_s.state_dict().items())
+survivor_intact = all(torch.equal(survivor["model"][k], v.cpu()) for k, v in model_s.state_dict().items())
+assert survivor_intact
 assert isinstance(naive_error, checkpoint.CorruptCheckpointError) and "naive.pt" in str(naive_error)
 assert list(workdir.glob(".last.pt.*.tmp")), "the killed atomic save leaves its temporary file behind"
 
@@ -700,8 +701,7 @@ for _steps, _every, _keep in ((5, 7, 2), (21, 7, 5), (30, 1, 3), (14, 7, 1)):
 headline(
     resume_bitwise_identical=all(torch.equal(p, q) for p, q in zip(model_s.parameters(), model_b.parameters())),
     moco_loss_gap_without_queue=gap,
-    killed_save_old_checkpoint_intact=all(torch.equal(survivor["model"][k], v.cpu())
-                                          for k, v in model_s.state_dict().items()),
+    killed_save_old_checkpoint_intact=survivor_intact,
     early_stop_step=es_hist.last("step"),
     early_stop_best_val_acc=stopper.best,
     distributed_resumed_from_step=dist_resumed_from,

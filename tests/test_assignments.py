@@ -187,6 +187,23 @@ def test_grading_time_limit_kills_a_slow_submission(dist, tmp_path):
     assert got["x.ipynb"]["total"] == "1" and "killed after" in got["bob_blank.ipynb"]["reason"]
 
 
+def test_a_kernel_that_spends_its_cpu_seconds_is_a_timeout(dist, tmp_path):
+    """A busy loop ends at the CPU-second limit (RLIMIT_CPU) as a timeout that says so, long
+    before the wall-clock limit; without the limit it would run to that one (a "killed after
+    the 120 s" row), and a kernel killed by the limit but read as a crash would be an error."""
+    nb = load(FIXTURES / "submissions" / "bob_blank.ipynb")
+    busy = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+            "source": "while True:\n    pass"}
+    nb["cells"].insert(first_question_cell(nb), busy)
+    submission = tmp_path / "bob.ipynb"
+    submission.write_text(json.dumps(nb))
+    zip_path = assigned(dist, SAMPLE) / f"{SAMPLE}-autograder.zip"
+    r = grade.run_one(submission, zip_path, timeout=120, scale="ci",
+                      limits=grade.sandbox.Limits(cpu_seconds=4))
+    assert r["status"] == "timeout" and "4 CPU-second limit" in r["reason"], r["reason"]
+    assert all(s == 0 for s, _ in r["scores"].values())
+
+
 def test_submission_of_another_lesson_is_refused(dist, tmp_path):
     nb = load(FIXTURES / "submissions" / "alice_correct.ipynb")
     nb["metadata"]["otter"]["assignment_name"] = "03_moco"
@@ -203,7 +220,8 @@ def test_grade_rejects_bad_inputs(tmp_path):
         grade.submissions(tmp_path)
 
 
-@pytest.mark.parametrize("flag, value", [("--jobs", "0"), ("--processes", "-3"), ("--scratch-mib", "two")])
+@pytest.mark.parametrize("flag, value", [("--jobs", "0"), ("--processes", "-3"), ("--scratch-mib", "two"),
+                                         ("--cpu-seconds", "0")])
 def test_grade_command_names_the_bad_count_flag(flag, value, tmp_path, capsys):
     with pytest.raises(SystemExit) as exited:
         grade.main([str(tmp_path / "a.zip"), str(tmp_path), flag, value])

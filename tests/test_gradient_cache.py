@@ -76,6 +76,53 @@ def test_gradient_caching_keeps_one_chunk_of_encoder_activations():
     assert kept[4] < 0.4 * kept[1]
 
 
+def _live_storages() -> dict[int, int]:
+    """{data pointer: bytes} of every storage a live Python tensor or its ``.grad`` uses (a tensor
+    autograd holds without a Python object, such as a graph's saved tensors, is not seen: this
+    reads what the step's code holds, not what its graph keeps)."""
+    import gc
+    gc.collect()
+    tensors = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
+    return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+            for t in tensors + [t.grad for t in tensors if t.grad is not None]}
+
+
+@pytest.mark.parametrize("through", ["kernel", "make_step"])
+def test_gradient_caching_holds_the_views_once_and_z_twice_through_pass_3(through):
+    """What lesson 02's memory budget charges gradient caching besides the chunk's graph: the 2N
+    views once, the cached z and z.grad (2N×d each). Read at each pass-3 chunk, before it runs,
+    from every live tensor the step made (the parameters' gradients excluded), calling the kernel
+    directly and through the kit's step; fails if the step kept a
+    second copy of the views or of z (it once held both: about twice the budget)."""
+    from course_utils.objectives.gradient_cache import gradient_cache_backward
+    n, d, chunks = 64, 16, 4
+    images = torch.rand(n, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    model = _simclr(bn=True, dtype=torch.float32)
+    embed, held = model.embed, []
+
+    def watched_embed(x):
+        if torch.is_grad_enabled():                       # pass 3 (pass 1 runs without a graph)
+            grads = {p.grad.untyped_storage().data_ptr() for p in model.parameters() if p.grad is not None}
+            held.append(sum(n for ptr, n in _live_storages().items() if ptr not in before and ptr not in grads))
+        return embed(x)
+
+    before = _live_storages()     # what lived before the step (this and earlier tests' tensors)
+
+    generator = torch.Generator().manual_seed(1)
+    if through == "kernel":
+        gradient_cache_backward(model, watched_embed, _augment(images, generator),
+                                _augment(images, generator), model.loss, chunks=chunks)
+    else:
+        model.embed = watched_embed                       # make_step calls model.embed
+        make_step(model, torch.optim.SGD(model.parameters(), lr=0.1), augment=_augment,
+                  generator=generator, chunks=chunks)(images)
+    view_bytes, z_bytes = 3 * 8 * 8 * 4, d * 4
+    budget = 2 * n * (view_bytes + 2 * z_bytes)
+    assert len(held) == chunks
+    for got in held:   # beyond the budget: the loss's detached scalar and the like, a few bytes
+        assert budget <= got <= budget + 1024, (got, budget)
+
+
 def test_gradient_caching_refuses_what_it_cannot_do():
     opt = torch.optim.SGD(_simclr(bn=False).parameters(), lr=0.1)
     with pytest.raises(ValueError, match="not both"):

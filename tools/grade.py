@@ -497,6 +497,9 @@ def _grade(submission: Path, scorer: Scorer, *, timeout: float, keep: Path | Non
             message = plain.parse_json(collect.data or b"")
             if isinstance(message, dict) and isinstance(message.get("refused"), str):
                 raise NotGraded(plain.printable_text(message["refused"][:300]))
+            if isinstance(message, dict) and set(message) == {"cpu_limit"}:
+                return failed(STATUS_TIMEOUT, f"killed at the {limits.cpu_seconds} CPU-second limit "
+                              "of its notebook's kernel", points, first.output)
             if len(message["answers"]) > MAX_ANSWERS_CHARS:
                 raise NotGraded(f"its answers take more than {MAX_ANSWERS_CHARS >> 20} MiB")
             claim = plain.parse_json(message["answers"])
@@ -765,6 +768,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("grades"), help="output folder (grades/)")
     ap.add_argument("--timeout", type=float, default=600.0,
                     help="seconds allowed per submission (default 600)")
+    ap.add_argument("--cpu-seconds", type=_at_least_one, default=sandbox.Limits.cpu_seconds,
+                    help="CPU seconds each process of a submission may use (default "
+                         f"{sandbox.Limits.cpu_seconds}); a notebook whose kernel spends them is "
+                         "a timeout long before --timeout on a busy machine")
     ap.add_argument("--scale", default="ci", help="COURSE_SCALE to grade at (default ci)")
     ap.add_argument("--jobs", type=_at_least_one, default=1, help="submissions graded at once (default 1)")
     ap.add_argument("--scratch-mib", type=_at_least_one, default=sandbox.Limits.scratch_bytes >> 20,
@@ -777,7 +784,8 @@ def main(argv: list[str] | None = None) -> int:
                          "and reach the network (see docs/instructor.md)")
     args = ap.parse_args(argv)
     try:
-        limits = sandbox.Limits(scratch_bytes=args.scratch_mib * 2**20, processes=args.processes)
+        limits = sandbox.Limits(scratch_bytes=args.scratch_mib * 2**20, processes=args.processes,
+                                cpu_seconds=args.cpu_seconds)
         grade_folder(args.autograder, args.folder, args.out, timeout=args.timeout, scale=args.scale,
                      jobs=args.jobs, limits=limits, unsafe_without_sandbox=args.unsafe_no_sandbox)
     except ValueError as err:

@@ -4,7 +4,8 @@ of its own (tools/sandbox.py). Only plain data (tools/plain.py) passes between t
     python grade_stages.py execute SUBMISSION.ipynb NAMES_JSON OUT_FD
         Stage 1 (untrusted). Executes the student's notebook in a Jupyter kernel (errors do not
         stop it), then exports from the kernel the answers named in NAMES_JSON; writes
-        ``{"answers": ..., "executed": <notebook text>}`` to OUT_FD (see :func:`export_answers`).
+        ``{"answers": ..., "executed": <notebook text>}`` to OUT_FD (see :func:`export_answers`),
+        or ``{"cpu_limit": N}`` when the kernel was killed at its N CPU-second limit.
 
     python grade_stages.py serve BUNDLE.json NAME IN_FD OUT_FD
         A function answer (untrusted), one process per question, in a sandbox without the kit:
@@ -226,14 +227,44 @@ def execute(submission: str, names_json: str, out_fd: str, assignment: str = "")
         f"import sys as _gs; _gs.path.insert(0, {str(Path(__file__).parent)!r})\n"
         f"import grade_stages as _gs\n"
         f"_gs.export_answers(globals(), {json.loads(names_json)!r}, 'answers.json')")
+    from nbclient.exceptions import DeadKernelError
     with client.setup_kernel():
-        for index, cell in enumerate(nb.cells):
-            client.execute_cell(cell, index)
-        executed = nbformat.writes(nb)
-        nb.cells.append(exporter)
-        client.execute_cell(exporter, len(nb.cells) - 1)
+        try:
+            for index, cell in enumerate(nb.cells):
+                client.execute_cell(cell, index)
+            executed = nbformat.writes(nb)
+            nb.cells.append(exporter)
+            client.execute_cell(exporter, len(nb.cells) - 1)
+        except DeadKernelError:
+            seconds = _cpu_limit_reached(client.km.provisioner)
+            if seconds is None:
+                raise
+            send(out, {"cpu_limit": seconds})
+            return
     answers = _read_own_file("answers.json", MAX_MESSAGE_BYTES)
     send(out, {"answers": answers, "executed": executed[:MAX_EXECUTED_BYTES]})
+
+
+def _cpu_limit_reached(provisioner) -> int | None:
+    """The CPU-second limit (RLIMIT_CPU, set by the sandbox and inherited by the kernel) if the
+    dead kernel was stopped by it, else None. The kernel used up its allowance when it died of
+    SIGXCPU, or of SIGKILL (the hard limit: a kernel that ignores SIGXCPU) with at least the
+    limit's CPU seconds spent by the children this process has reaped (the kernel is its only
+    one); a kernel killed for any other reason (memory, a crash) is not a time limit."""
+    import resource
+    import signal
+    process = getattr(provisioner, "process", None)
+    limit = resource.getrlimit(resource.RLIMIT_CPU)[0]
+    if process is None or limit == resource.RLIM_INFINITY:
+        return None
+    try:
+        code = process.wait(timeout=10)
+    except Exception:  # noqa: BLE001 - still running or already gone: not ours to judge
+        return None
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if code == -signal.SIGXCPU or (code == -signal.SIGKILL and used.ru_utime + used.ru_stime >= limit - 1):
+        return int(limit)
+    return None
 
 
 def _read_own_file(name: str, limit: int) -> str | None:

@@ -138,8 +138,9 @@ def make_step(model: Objective, optimizer: torch.optim.Optimizer, *, augment=Non
         if chunks > 1:
             if augment is None:
                 raise ValueError("gradient caching needs augment= to make two views of each image")
-            views = augment(micro.images, generator), augment(micro.images, generator)
-            return gradient_cache_backward(model, model.embed, *views, model.loss, chunks=chunks,
+            # the views go straight into the call, which then holds the only references to them
+            return gradient_cache_backward(model, model.embed, augment(micro.images, generator),
+                                           augment(micro.images, generator), model.loss, chunks=chunks,
                                            scale=scaler.scale if scaler else (lambda t: t))
         loss = model.training_loss(micro, augment=augment, generator=generator)["loss"] / accumulation
         (scaler.scale(loss) if scaler else loss).backward()

@@ -37,19 +37,24 @@ def gradient_cache_backward(module, embed, view1: torch.Tensor, view2: torch.Ten
         raise ValueError(f"batch of {view1.shape[0]} images is not divisible into {chunks} chunks; "
                          "pick a batch size that is a multiple of chunks")
     pieces = [torch.cat(pair) for pair in zip(view1.chunk(chunks), view2.chunk(chunks))]
+    # the pieces are the one copy of the views the passes need: drop these references, so that what
+    # the step holds through pass 3 is the 2N views once, z and z.grad (lesson 02 budgets exactly
+    # that; a caller that keeps its own reference to the views holds them twice)
+    del view1, view2
 
     running = {name: buf.clone() for name, buf in module.named_buffers()}
     with torch.no_grad():
         cached = [embed(piece) for piece in pieces]                 # pass 1: no graph
     for name, buf in module.named_buffers():                         # undo pass 1's BN updates
         buf.copy_(running[name])
+    del running
 
     cached = [z.detach().requires_grad_() for z in cached]
     halves = [z.chunk(2) for z in cached]                            # (view 1, view 2) per chunk
-    z1 = torch.cat([h[0] for h in halves])
-    z2 = torch.cat([h[1] for h in halves])
-    loss = loss_fn(z1, z2)                                           # pass 2: the loss's graph only
+    # z1, z2 are concatenated copies only the loss's graph holds, freed with it by the backward
+    loss = loss_fn(torch.cat([h[0] for h in halves]), torch.cat([h[1] for h in halves]))  # pass 2
     scale(loss).backward()
+    loss = loss.detach()
     for piece, z in zip(pieces, cached):                             # pass 3: one chunk at a time
         embed(piece).backward(z.grad)
-    return loss.detach()
+    return loss

@@ -10,8 +10,9 @@ other view of the same image (i+N mod 2N). With temperature T and cosine similar
 The sum runs over the 2N-1 other rows (the anchor itself is excluded: its similarity is always 1,
 so including it would add exp(1/T) to every denominator, a term that changes both the loss and
 the softmax weights on the real candidates and carries no information) plus, optionally, M extra negatives (rows gathered from other
-ranks or a queue). With random embeddings every similarity is about 0, so the loss starts near
-log(2N - 1 + M): more candidates means a harder, more informative task, and in SimCLR more
+ranks or a queue). With random unit vectors as embeddings every similarity is about 0, so the
+loss is near log(2N - 1 + M) (a random encoder's embeddings are not random vectors: its two views
+of one image start closer than other pairs, and its first loss can sit off this value): more candidates means a harder, more informative task, and in SimCLR more
 candidates means more images encoded in the same step, both views' forward state kept alive
 until backward. That is the resource-ledger point of lesson 02.
 

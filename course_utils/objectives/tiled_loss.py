@@ -1,8 +1,9 @@
 """NT-Xent in tiles: the loss of ``simclr.nt_xent_loss`` without keeping the 2N×2N similarity matrix.
 
 The plain loss builds logits L = Z Cᵀ / T (Z: the 2N normalised anchors, C = [Z; negatives]: the
-2N + M candidates) and autograd keeps L and its softmax for backward: 2N·(2N+M) numbers, the one
-line of SimCLR's ledger that grows as N². Written per anchor i,
+2N + M candidates) and autograd keeps the log-softmax of L (and the boolean mask of the anchors'
+own entries) for backward: 2N·(2N+M) floats, the one line of SimCLR's ledger that grows as N².
+Written per anchor i,
 
     loss = (1/2N) Σ_i [ lse_i − z_i·z_p(i) / T ],     lse_i = log Σ_{j≠i} exp(z_i·c_j / T)
 

@@ -7,7 +7,8 @@
 # images it encodes: SimCLR buys its candidates with batch memory (lesson 02), MoCo buys them from
 # a cache (lesson 03), MAE compares pixels and encodes only what is visible (lesson 04). This
 # lesson takes the comparison away. SimSiam (Chen & He 2021) compares each image's two views with
-# each other and nothing else: no negatives, no N×N similarity matrix, no queue. What stops it
+# each other: no negatives in the loss, no N×N similarity matrix, no queue (its BatchNorm layers
+# still see the batch's statistics; Chen & He, §4.4, find BatchNorm is not what prevents collapse). What stops it
 # from learning the one answer that satisfies every positive pair, a constant?
 
 # %%
@@ -137,7 +138,8 @@ def diagnostics(model) -> dict:
 # Give a loss only positive pairs and it has a trivial minimum. SimSiam's loss is the negative
 # cosine between one view's prediction and the other view's projection, averaged over both
 # directions (formula below); it is −1 at best, when every prediction points exactly at its
-# partner. An encoder that maps *every* image to one and the same vector reaches −1 at once,
+# partner. An encoder that maps *every* image to one and the same vector reaches −1 as soon as the
+# predictor maps that vector onto itself (the identity does; the demo below takes p = z),
 # whatever the images: every pair agrees perfectly, and the features say nothing. A contrastive
 # loss rules that out by construction: the same vector for all images also makes every negative
 # as similar as the positive, and the loss sits at log(number of candidates) instead of its
@@ -145,7 +147,7 @@ def diagnostics(model) -> dict:
 
 # %%
 z_constant = torch.ones(cfg.batch, cfg.dim, device=device)   # every image -> one vector
-print(f"SimSiam's loss of a constant encoder: {simsiam_loss(z_constant, z_constant, z_constant, z_constant).item():+.3f} "
+print(f"SimSiam's loss of a constant encoder, with p = z: {simsiam_loss(z_constant, z_constant, z_constant, z_constant).item():+.3f} "
       f"(its minimum); SimCLR's: {nt_xent_loss(z_constant, z_constant, cfg.temperature).item():.3f} "
       f"= log(2B − 1) = {math.log(2 * cfg.batch - 1):.3f} (chance among the 2B − 1 candidates)")
 
@@ -263,7 +265,7 @@ assert abs(loss.item()) < 0.1, "so the loss, minus the mean of both directions' 
 # %% [markdown]
 # **No N×N similarity matrix.** Both steps encode 2B views and keep about the same encoder
 # activations; what differs is the loss. SimCLR's compares every view with every other (a 2B×2B
-# matrix of logits, whose softmax is kept for backward), SimSiam's compares each view with its
+# matrix of logits, whose log-softmax is kept for backward), SimSiam's compares each view with its
 # partner only. Measure what each *loss alone* keeps for backward, from the same B×d inputs, at
 # four batch sizes, and fit kept bytes = a + b·B + c·B²: c is what the loss keeps per B² (divided
 # by 4 below: per entry of the 2B×2B matrix).
@@ -314,22 +316,30 @@ assert share_of_step < 0.05, "at this batch the matrix is a small part of what t
 #
 # Runs from the same initialisation, same batches, same steps: SimSiam as designed, and
 # SimSiam with the stop-gradient removed (the gradient flows into both branches), plus a third
-# without the predictor (p = z, stop-gradient kept; with p = z the stop-gradient only halves the
-# gradient, so this arm is the no-stop-gradient ablation again, an identity checked below); the
+# without the predictor (p = z, stop-gradient kept). **Claim 1b**: that third arm collapses too.
+# With p = z the stop-gradient only halves the gradient (an identity, checked below), so the third
+# arm has, in effect, neither predictor nor stop-gradient: it differs from the no-stop-gradient
+# arm by the predictor, and it shows that the stop-gradient alone, without the predictor, does
+# not hold collapse off (Chen & He's Table 1a, cited: removing the predictor collapses). The
 # three arms from each of `cfg.seeds`
 # (the plots show the first seed, the claims are asserted on every seed). Every `collapse_every` steps we read the
 # projections z of the same held-out views (single reads are noisy, so the claims use the mean
 # over the last third of the run). Collapse is a state, not a difference in means: each seed's
 # cut arms are judged against fixed marks (a constant's effective rank is 1, its std and
-# uniformity 0: the cut arms end close to a constant, rank about 1 and uniformity near 0) and
+# uniformity 0; the cut arms end on one axis, rank about 1 and uniformity near 0: each z near a
+# vector v or its opposite −v, a near-binary code, which the uncentred rank cannot tell from a
+# constant, and which keeps a small std) and
 # against that seed's kept arm, every seed has to meet
 # them, and no paired interval over seeds is needed:
 #
 # - **std**: the mean over dimensions of the standard deviation of the L2-normalised z (Chen & He
-#   §4.1): 0 when every image maps to one vector, about 1/√d when they spread evenly
+#   §4.1): 0 when every image maps to one vector, at most √((1 − ‖mean‖²)/d) ≤ 1/√d, and about
+#   1/√d when they spread evenly
 #   over the sphere, but also when they spread over only a few directions that are not aligned
 #   with the coordinate axes (it measures spread, not how many directions carry it; a few
-#   axis-aligned clusters, as in exercise 1 below, give a much lower std);
+#   axis-aligned clusters, as in exercise 1 below, give a much lower std; one axis used with both
+#   signs evenly already gives about 0.8/√d, so std alone is no test for collapse: the claims pair it
+#   with the rank);
 # - **effective rank**: exp of the entropy of the energy shares of the singular values of the
 #   normalised N×d matrix (uncentred): near 1 when all rows share one direction or its opposite.
 #
@@ -446,7 +456,7 @@ print(f"Seed {cfg.seed}, means over the last third of {cfg.collapse_steps} steps
       f"{final['no predictor']['effective_rank']:.2f}, uniformity {final['no predictor']['uniformity']:+.2f}. "
       f"SimSiam as designed stays off the constant: loss {late_loss('SimSiam'):+.3f}, uniformity "
       f"{kept['uniformity']:+.2f}, std {kept['std']:.3f} (1/√d = {1 / math.sqrt(cfg.dim):.3f}). But its "
-      f"effective rank is {kept['effective_rank']:.1f} of {cfg.dim}: it uses a few directions, which the std "
+      f"effective rank is {kept['effective_rank']:.1f} of {cfg.dim}: its energy sits in a handful of directions, which the std "
       f"alone does not show. That is low; claim 2's table prints the contrastive arms' ranks after its own "
       f"budget (another length, and other heads: the rank is uncentred, and SimSiam's projector ends in a "
       f"BatchNorm with a learned shift that theirs lack), so this lesson does not tie the low rank to the "
@@ -479,8 +489,8 @@ if cfg.claims:
 
 # identity, not evidence: without the predictor (p = z) the symmetric loss with the stop-gradient
 # has exactly half the gradient of the same loss without it, and AdamW ignores a constant scale of
-# the gradient (up to its eps): the no-predictor arm is the no-stop-gradient ablation again, as
-# Chen & He (§4.3) note, not a second, independent one
+# the gradient (up to its eps): the no-predictor arm is, in effect, also without the stop-gradient,
+# as Chen & He (§4.2) note; it differs from the no-stop-gradient arm by the predictor (claim 1b)
 _z1, _z2 = (torch.randn(8, cfg.dim, generator=torch.Generator().manual_seed(k), dtype=torch.float64,
                         requires_grad=True) for k in (0, 1))
 _with_sg = torch.autograd.grad(simsiam_loss(_z1, _z2, _z1, _z2), (_z1, _z2))
@@ -556,7 +566,8 @@ plt.show()
 # Gaussian potential between pairs). SimSiam's loss has only a pulling term, and it pulls each
 # view's prediction p₁ toward the other's projection z₂, not z₁ toward z₂: the metrics read z, so
 # its z need not be the best aligned, and more negatives need not mean more uniform features at
-# this budget. The scatter shows where each method lands; the paired comparison below asks
+# this budget (a possibility, not a finding: only the paired uniformity comparison below is
+# compared by seeds). The scatter shows where each method lands; the paired comparison below asks
 # whether SimCLR's features are the more uniform.
 
 # %%
@@ -640,23 +651,25 @@ if cfg.claims:   # claim 1's design stays off the constant at every seed, by cla
 #   earlier full runs had a budget of core-seconds instead, and their machines bought different
 #   numbers of steps in it (printed as fractions of today's budget): the run whose SimSiam row met
 #   the goal trained more than half of today's steps, the run whose row missed it less than half
-#   (asserted), consistent with the committed curve. Both used SGD for SimSiam: the first run's
+#   (asserted), consistent with the committed curve. The first used SGD for SimSiam: that run's
 #   SimSiam rows are the recipe change's SGD rows (asserted: the same numbers), trained in a later
-#   session than its other rows; the second presumably used SGD too: it came after the change (by
+#   session than its other rows; the second probably did too, as it came after the change (by
 #   the order of the runs; the file does not record its optimizer).
 # - **Why no collapse** is not settled by this lesson: we show that the stop-gradient is necessary
-#   here to keep the features off a single direction (without the predictor the stop-gradient
-#   only halves the gradient, an identity, so that arm is the same ablation again), not why it
-#   is sufficient for that; nor does the lesson show that SimSiam's low effective rank differs from
+#   here to keep the features off a single direction, and that it is not sufficient on its own
+#   (without the predictor it only halves the gradient, an identity, and that arm collapses too:
+#   the predictor is needed as well), not why the two together suffice; nor does the lesson show that SimSiam's low effective rank differs from
 #   the contrastive arms' at this budget. BYOL relies on the same predictor and
-#   stop-gradient, with a momentum target on top; VICReg and Barlow Twins avoid collapse another
-#   way, with explicit variance and decorrelation terms in the loss.
+#   stop-gradient, with a momentum target on top; VICReg (Bardes et al. 2022: variance and
+#   covariance terms) and Barlow Twins (Zbontar et al. 2021: the two views' cross-correlation
+#   pushed toward the identity) avoid collapse another way, in the loss itself.
 # - **Recipe.** The arms share an optimizer (AdamW with the preset's `weight_decay`); the papers tune each
 #   method separately (SimSiam: SGD with a fixed predictor learning rate). Here SimSiam's
 #   predictor is as wide as d (the paper: a d/4 bottleneck) and its projector's last BatchNorm
 #   has a learned scale and shift (the official code's has none), which also gives the
 #   no-stop-gradient arm of claim 1 a direct route to a constant (scale to 0, z = the shift) that
-#   the paper's projector lacks. A per-method recipe could move
+#   the paper's projector lacks (the run did not take it to the end: its z keep both signs of one
+#   axis, claim 1). A per-method recipe could move
 #   every number here: the kit's SSL benchmark later gave SimSiam SGD (its paper's momentum and
 #   weight decay, a learning rate searched on development seeds, but on the benchmark's probe
 #   images, one run per setting), because with this lesson's AdamW

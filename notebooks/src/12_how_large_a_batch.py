@@ -52,7 +52,7 @@ cfg = config(
             probe_at=(0, 20, 59), average_over=2, b_small=8, b_big=64, draws=4,
             batches=(4, 16, 64, 256), lrs=(0.02, 0.08, 0.32), target=0.6, warmup=5, max_steps=400,
             sweep_seeds=(0,),
-            warmup_batch=256, warmup_steps=20, accumulation=4, micro_batch=8,
+            warmup_batch=256, warmup_run_steps=20, accumulation=4, micro_batch=8,
             simclr_limit=256, simclr_width=8, simclr_group=8, simclr_train_groups=2, simclr_big_groups=4,
             simclr_draws=1, simclr_steps=6, simclr_probe_at=(0, 4), simclr_average_over=1, simclr_lr=2e-3,
             goyal_batch=16, goyal_warmup_epochs=0.1, goyal_steps=20, goyal_seeds=(0, 1)),
@@ -61,7 +61,7 @@ cfg = config(
                  b_small=16, b_big=512, draws=4,
                  batches=(4, 8, 16, 32, 64, 128, 256, 512, 1024),
                  lrs=(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64), target=0.1, warmup=10,
-                 max_steps=3000, sweep_seeds=(0, 1, 2), warmup_batch=1024, warmup_steps=100, accumulation=32, micro_batch=2,
+                 max_steps=3000, sweep_seeds=(0, 1, 2), warmup_batch=1024, warmup_run_steps=100, accumulation=32, micro_batch=2,
                  simclr_limit=5000, simclr_width=8, simclr_group=32, simclr_train_groups=4, simclr_big_groups=16,
                  simclr_draws=2, simclr_steps=240, simclr_probe_at=(0, 20, 60, 120, 180, 237),
                  simclr_average_over=3, simclr_lr=2e-3,
@@ -71,7 +71,7 @@ cfg = config(
              probe_at=(0, 20, 40, 80, 120, 160, 240, 320, 400, 480, 560, 640), average_over=3,
              b_small=16, b_big=512, draws=4, batches=(4, 8, 16, 32, 64, 128, 256, 512, 1024),
              lrs=(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64), target=0.1, warmup=10,
-             max_steps=3000, sweep_seeds=(0, 1, 2), warmup_batch=1024, warmup_steps=100, accumulation=32, micro_batch=2,
+             max_steps=3000, sweep_seeds=(0, 1, 2), warmup_batch=1024, warmup_run_steps=100, accumulation=32, micro_batch=2,
              simclr_limit=5000, simclr_width=8, simclr_group=32, simclr_train_groups=4, simclr_big_groups=16,
              simclr_draws=2, simclr_steps=240, simclr_probe_at=(0, 20, 60, 120, 180, 237),
              simclr_average_over=3, simclr_lr=2e-3,
@@ -646,10 +646,10 @@ warm_lr = best_lr[0] * warm_batch / B[0]
 tuned_from_sweep = next(r["lr"] for r in sweep if r["batch"] == warm_batch)
 tuned_lr = tuned_from_sweep or cfg.lrs[-1]   # ci's short sweep may miss it; the evidence requires it
 arm_settings = {"linear LR, no warm-up": (warm_lr, 1),
-                f"linear LR, {cfg.warmup_steps // 2}-step warm-up": (warm_lr, cfg.warmup_steps // 2),
-                "best grid LR (reference)": (tuned_lr, cfg.warmup_steps // 2)}   # the warm-up arm's warm-up
+                f"linear LR, {cfg.warmup_run_steps // 2}-step warm-up": (warm_lr, cfg.warmup_run_steps // 2),
+                "best grid LR (reference)": (tuned_lr, cfg.warmup_run_steps // 2)}   # the warm-up arm's warm-up
 # each arm from the same seeds (initial weights and data order shared across arms, seed by seed)
-arms = {name: [run_for(warm_batch, lr, warmup, cfg.warmup_steps, seed=cfg.seed + k) for k in cfg.sweep_seeds]
+arms = {name: [run_for(warm_batch, lr, warmup, cfg.warmup_run_steps, seed=cfg.seed + k) for k in cfg.sweep_seeds]
         for name, (lr, warmup) in arm_settings.items()}
 plot_loss_curves(arms, f"B = {warm_batch}, linear LR {warm_lr:.3g}, grid LR {tuned_lr}, "
                        f"{len(cfg.sweep_seeds)} seed(s) per arm")
@@ -1126,7 +1126,7 @@ headline(
     b_crit_over_b_simple=b_crit / b_simple_target,
     b_simple_near_target_range=[min(near_target), max(near_target)],   # what B_simple_at_target rests on
     b_simple_loss_rank_correlation=rank_corr,
-    warmup_final_loss=final[f"linear LR, {cfg.warmup_steps // 2}-step warm-up"],
+    warmup_final_loss=final[f"linear LR, {cfg.warmup_run_steps // 2}-step warm-up"],
     no_warmup_final_loss=final["linear LR, no warm-up"],
     accumulation_max_gap=accumulation_gap,
     simclr_b_simple_init=simclr_first["b_simple"],

@@ -26,12 +26,20 @@ def _lesson(path: Path, *cells: str) -> None:
 def test_course_runner_reports_each_lesson_and_writes_an_index(tmp_path, monkeypatch, capfd):
     (tmp_path / "notebooks").mkdir()
     _lesson(tmp_path / "notebooks" / "01_fine.ipynb",
-            "from course_utils.report import headline\nheadline(answer=42, scale=SCALE)")
+            "from course_utils.report import headline\nheadline(answer=42, scale=SCALE)",
+            "from course_utils.scales import scale_reason\nprint('scale line:', scale_reason(SCALE))")
     _lesson(tmp_path / "notebooks" / "02_broken.ipynb", "x = 1", "y = x / 0  # the bad cell")
     monkeypatch.setattr(run_course, "ROOT", tmp_path)
     monkeypatch.setattr(run_course, "BUILD", tmp_path / "build")
+    monkeypatch.delenv("COURSE_SCALE", raising=False)
     assert run_course.run("ci", [], jobs=1) == 1
     out, err = capfd.readouterr()
+    # the kernel saw the runner's scale in $COURSE_SCALE, so the lesson's scale line credits it,
+    # and the runner's own environment is as it was
+    executed = nbformat.read(tmp_path / "build" / "01_fine.ipynb", as_version=4)
+    assert "scale line: from $COURSE_SCALE" in "".join(o.get("text", "") for c in executed.cells
+                                                       for o in c.get("outputs", []))
+    assert "COURSE_SCALE" not in run_course.os.environ
     fine = out.index("01_fine done in")
     assert out.index("answer: 42") > fine and out.index("scale: ci") > fine
     assert "-> build/01_fine.ipynb" in out and out.index("answer: 42") < out.index("02_broken")

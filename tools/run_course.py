@@ -68,6 +68,11 @@ def execute(nb: Path, out: Path, scale: str, progress_bar: bool = True) -> dict:
     os.environ["COURSE_HEADLINE_FILE"] = str(headline_file)
     start = time.time()
     error = None
+    # the kernel inherits $COURSE_SCALE, so its parameters cell takes the runner's scale, and the
+    # lesson's scale line says it came from there (not "chosen by the device"); papermill injects
+    # the same value after that cell
+    previous_scale = os.environ.get("COURSE_SCALE")
+    os.environ["COURSE_SCALE"] = scale
     try:
         pm.execute_notebook(str(nb), str(out), parameters={"SCALE": scale}, cwd=str(nb.parent),
                             kernel_name="python3", progress_bar=progress_bar, config=kernel_config(),
@@ -79,6 +84,11 @@ def execute(nb: Path, out: Path, scale: str, progress_bar: bool = True) -> dict:
                  f"    {err.ename}: {err.evalue[:1500]}")
     except Exception as err:  # kernel died, timeout, ...: keep going, report every broken lesson
         error = f"{type(err).__name__}: {str(err)[-1500:]}"
+    finally:
+        if previous_scale is None:
+            os.environ.pop("COURSE_SCALE", None)
+        else:
+            os.environ["COURSE_SCALE"] = previous_scale
     seconds = time.time() - start
     figures = json.loads(headline_file.read_text()) if headline_file.exists() else {}
     return {"name": nb.stem, "seconds": seconds, "figures": figures, "error": error,

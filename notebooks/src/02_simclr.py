@@ -354,20 +354,32 @@ assert 0.9 * k <= activation_ratio <= 1.1 * k, f"activation line should shrink b
 # every sample is processed on its own):
 
 # %%
+def step_gradient(model, train_mode, batch, **step_kwargs):
+    """The gradient one kit step (`make_step(**step_kwargs)`, SGD at lr 0: the weights stay) leaves
+    on ``model``'s parameters, with BatchNorm in train mode (batch statistics) or not (running)."""
+    model.train(train_mode)
+    make_step(model, torch.optim.SGD(model.parameters(), lr=0.0), **step_kwargs)(batch)
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
 def supervised_gradient(train_mode, micro):
     torch.manual_seed(cfg.seed)
     clf = Supervised(SmallResNet(width=cfg.width, blocks=cfg.blocks, num_classes=len(train.classes))).to(device)
-    clf.train(train_mode)
-    make_step(clf, torch.optim.SGD(clf.parameters(), lr=0.0), accumulation=micro)(
-        (train.images[:cfg.batch], train.labels[:cfg.batch]))
-    return torch.cat([p.grad.flatten() for p in clf.parameters()])
+    return step_gradient(clf, train_mode, (train.images[:cfg.batch], train.labels[:cfg.batch]), accumulation=micro)
 
 
-bn_rows = []
-for train_mode in (True, False):
-    g_full, g_acc = supervised_gradient(train_mode, 1), supervised_gradient(train_mode, k)
-    bn_rows.append({"BatchNorm": "batch statistics (train mode)" if train_mode else "running statistics (eval mode)",
-                    "|g_accumulated - g_full| / |g_full|": ((g_acc - g_full).norm() / g_full.norm()).item()})
+def batchnorm_gap_rows(gradient, split, column):
+    """|g_split − g_full| / |g_full| (``gradient(train_mode, split)``; split 1 is the full batch),
+    with BatchNorm's batch statistics and with its running ones: one row each."""
+    rows = []
+    for train_mode in (True, False):
+        g_full, g_split = gradient(train_mode, 1), gradient(train_mode, split)
+        rows.append({"BatchNorm": "batch statistics (train mode)" if train_mode else "running statistics (eval mode)",
+                     column: ((g_split - g_full).norm() / g_full.norm()).item()})
+    return rows
+
+
+bn_rows = batchnorm_gap_rows(supervised_gradient, k, "|g_accumulated - g_full| / |g_full|")
 show_table(bn_rows)
 
 # %%
@@ -1086,18 +1098,11 @@ assert accumulated_loss < full_loss, "accumulation: fewer candidates per anchor,
 
 # %%
 def simclr_gradient(train_mode, chunks):
-    model = build_simclr()
-    model.train(train_mode)
-    make_step(model, torch.optim.SGD(model.parameters(), lr=0.0), augment=augment,
-              generator=torch.Generator().manual_seed(0), chunks=chunks)(train.images[:cfg.gc_batch])
-    return torch.cat([p.grad.flatten() for p in model.parameters()])
+    return step_gradient(build_simclr(), train_mode, train.images[:cfg.gc_batch], augment=augment,
+                         generator=torch.Generator().manual_seed(0), chunks=chunks)
 
 
-caching_bn_rows = []
-for train_mode in (True, False):
-    g_full, g_cached = simclr_gradient(train_mode, 1), simclr_gradient(train_mode, k)
-    caching_bn_rows.append({"BatchNorm": "batch statistics (train mode)" if train_mode else "running statistics (eval mode)",
-                            "|g_cached - g_full| / |g_full|": ((g_cached - g_full).norm() / g_full.norm()).item()})
+caching_bn_rows = batchnorm_gap_rows(simclr_gradient, k, "|g_cached - g_full| / |g_full|")
 show_table(caching_bn_rows)
 
 # %%

@@ -272,11 +272,12 @@ def full_parameters(model) -> dict:
 
 
 def params_sha256(params: dict) -> str:
-    """sha256 of every parameter of ``full_parameters``, in order, as fp32 bytes."""
+    """sha256 of every parameter of ``full_parameters``, in order, as the bytes of its own dtype
+    (an fp64 run is hashed at fp64: two ranks that differ in any bit differ here)."""
     digest = hashlib.sha256()
     for name, full in params.items():
         digest.update(name.encode())
-        digest.update(full.to(torch.float32).contiguous().numpy().tobytes())
+        digest.update(full.contiguous().view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 

@@ -57,11 +57,13 @@ def make_transformer_mlp(hidden: int, seed: int) -> nn.Sequential:
 
 def random_pair(rows: int, in_dim: int, out_dim: int, generator_seed: int, dtype=torch.float32,
                 device="cpu"):
-    """(x: rows×in_dim, y: rows×out_dim), standard normal, drawn from one generator in that order."""
+    """(x: rows×in_dim, y: rows×out_dim), standard normal, drawn from one generator in that order,
+    in fp32 and then cast to ``dtype``: the same seed gives the same data at every precision, so
+    arms that differ in dtype differ in nothing else (torch draws other numbers in fp64)."""
     g = torch.Generator().manual_seed(generator_seed)
-    x = torch.randn(rows, in_dim, generator=g, dtype=dtype)
-    y = torch.randn(rows, out_dim, generator=g, dtype=dtype)
-    return x.to(device), y.to(device)
+    x = torch.randn(rows, in_dim, generator=g)
+    y = torch.randn(rows, out_dim, generator=g)
+    return x.to(device=device, dtype=dtype), y.to(device=device, dtype=dtype)
 
 
 def global_batch(step: int, rows: int, in_dim: int, out_dim: int, seed: int = 0,

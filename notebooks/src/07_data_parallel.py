@@ -111,8 +111,9 @@ assert failed_rank == 1 and "found a NaN" in failure
 # results (every rank receives the sum: the mean; DDP divides before summing). With identical starting parameters and identical
 # averaged gradients, every rank's optimizer — SGD, Adam, anything deterministic — takes the same
 # step, and the copies never drift apart. `DistributedDataParallel` (DDP) does exactly this, in
-# buckets, overlapping the all-reduce with the rest of backward, and broadcasts rank 0's
-# parameters once when it is built.
+# buckets, overlapping each bucket's all-reduce with the rest of backward (the DDP docs and paper,
+# Li et al. 2020, cited: this lesson's models fit one bucket, so no overlap happens here), and
+# broadcasts rank 0's parameters once when it is built.
 #
 # First the identity itself, in this process, without any ranks:
 
@@ -134,29 +135,41 @@ print(f"max |full-batch grad - mean of 2 shard grads| = {identity_gap:.1e}")
 # takes 2(n−1) steps one after the other, each paying a message start-up α, so with link
 # bandwidth β the time is 2(n−1)α + 2(n−1)/n·P/β. For small P or large n the α term wins (which
 # is why collective libraries offer tree algorithms as well as rings, and NCCL chooses between
-# them by message size and rank count; not measured here). The plot in section 4 shows both terms.
+# them by message size, rank and node count and topology, per its documentation (cited, not
+# measured here)). The plot in section 4 shows both terms.
 #
 # **Where the data comes from.** Each rank must see a different shard of the dataset. With a
 # `DataLoader`, that is `DistributedSampler(dataset, num_replicas=n, rank=r)`; call
 # `sampler.set_epoch(epoch)` every epoch, or every epoch repeats the first epoch's order. When n
 # does not divide the dataset, the sampler pads it by repeating indices (or, with
 # `drop_last=True`, drops the tail) so that every rank gets the same number of rows; this
-# lesson's 20 images on `cfg.ranks` ranks divide evenly. That matters because DDP averages the
+# lesson's images divide evenly over `cfg.ranks` ranks (their count is printed below); padding
+# would count the repeated images twice in that epoch. That matters because DDP averages the
 # ranks' gradients uniformly (1/n each): with shards of unequal size the mean of the means is not
 # the full batch's gradient:
 
 # %%
 print(inspect.getsource(lesson.sampler_epochs))
+DATASET_SIZE = 20     # sampler_epochs' default: divides evenly over the lesson's ranks
 samples = launch(lesson.sampler_epochs, cfg.ranks)
 for epoch in range(len(samples[0]["seen"])):
     print(f"epoch {epoch}: " + " | ".join(f"rank {r} sees images {' '.join(map(str, s['seen'][epoch]))}"
                                           for r, s in enumerate(samples)))
+# one image more than divides evenly: the sampler pads by repeating indices, every rank the same count
+padded = launch(lesson.sampler_epochs, cfg.ranks, DATASET_SIZE + 1, 1)
+padded_seen = [s["seen"][0] for s in padded]
+repeated = len(sum(padded_seen, [])) - len(set(sum(padded_seen, [])))
+print(f"{DATASET_SIZE + 1} images on {cfg.ranks} ranks: each rank sees {', '.join(str(len(v)) for v in padded_seen)}; "
+      f"{repeated} image(s) seen twice this epoch (padding)")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 for epoch in range(len(samples[0]["seen"])):
     shards = [set(s["seen"][epoch]) for s in samples]
-    assert set.union(*shards) == set(range(20)) and sum(map(len, shards)) == 20   # disjoint, complete
+    assert set.union(*shards) == set(range(DATASET_SIZE)) and sum(map(len, shards)) == DATASET_SIZE   # disjoint, complete
+# padding: equal shares, ceil(N/n) each, the extra rows repeats of images already seen
+assert len({len(v) for v in padded_seen}) == 1 and len(padded_seen[0]) == math.ceil((DATASET_SIZE + 1) / cfg.ranks)
+assert repeated == cfg.ranks * len(padded_seen[0]) - (DATASET_SIZE + 1) and set(sum(padded_seen, [])) == set(range(DATASET_SIZE + 1))
 assert all(s["seen"][0] != s["seen"][1] for s in samples)                          # set_epoch reshuffles
 assert all(epoch == s["seen_without_set_epoch"][0] for s in samples for epoch in s["seen_without_set_epoch"])
 
@@ -206,10 +219,13 @@ print("max |Δθ| in units of ε·max|θ| (ε: the dtype's machine epsilon): "
 # parameter scale:
 #
 # - **SGD with momentum** is linear in the gradient, so a gradient that differs in its last bits
-#   moves the parameters by an amount that differs in its last bits: about one ε.
+#   moves the parameters by an amount that differs in its last bits: about one ε in this run (its
+#   steps and learning rate; later gradients are taken at parameters that already differ, so how
+#   the gap grows over a long run is not bounded by this argument).
 # - **AdamW** divides by √v + 1e-8. Where a gradient entry is itself near zero, a rounding
 #   difference of ε·max|g| is not small *relative to that entry*, and the division turns it into
-#   a visible change of that entry's step. Its gap in these units therefore has no constant
+#   a visible change of that entry's step (our reading: which entry carries the gap is not
+#   measured). Its gap in these units therefore has no constant
 #   bound: it depends on how near zero the smallest gradient entries happen to be, which this one
 #   configuration does not vary, so no bound is asserted on it.
 #
@@ -223,8 +239,9 @@ print("max |Δθ| in units of ε·max|θ| (ε: the dtype's machine epsilon): "
 # Those gaps are between DDP and a *different* program, the single process. Between the DDP
 # ranks themselves there is no gap at all: every rank applies the same averaged gradient to the
 # same parameters with the same arithmetic, so after the last step their parameters agree to
-# the bit (the table's last column compares a SHA-256 of each rank's final parameters; asserted
-# for both optimizers and both precisions).
+# the bit (the table's last column compares a SHA-256 of each rank's final parameters, hashed in
+# their own dtype; asserted for both optimizers and both precisions). The two precisions train on
+# the same data: the batches are drawn in fp32 and cast, so fp64's arm differs in precision only.
 #
 # **Gradient accumulation with `no_sync`.** With k micro-batches per rank, only the last
 # backward needs the all-reduce; the others accumulate locally inside `ddp.no_sync()`. Each
@@ -274,12 +291,14 @@ assert b["checksum_after_broadcast"] == a["checksum_before_broadcast"], "DDP bro
 assert max(ns[0]["max_abs_diff"]) < 1e-6 and ns[0]["allreduce_buckets_per_step"] == [1] * len(ns[0]["max_abs_diff"])
 for n, c in comm.items():
     assert c[0]["payload_per_step"] == c[0]["param_bytes"]          # every gradient byte once
-    assert c[0]["manual_equals_ddp_bitwise"]                         # average_gradients by hand == DDP with the kit's mean hook
+    # identity, not evidence: by hand and DDP's comm hook are the same arithmetic (divide by n, then
+    # all-reduce); the evidence against DDP's own reducer is the equivalence with one process above
+    assert c[0]["manual_equals_ddp_bitwise"]
     if c[0]["wire_per_step"] is not None and n > 1:
         assert 1.0 <= c[0]["wire_per_step"] / c[0]["ring_formula"] < WIRE_OVERHEAD_MAX
 
 # %% [markdown]
-# The ring formula predicts every rank count; we can measure 1 and 2 here (the wire check above
+# The ring formula is the model for every rank count; we can measure 1 and 2 here (the wire check above
 # only means something for n ≥ 2). At n = 2 the ring's 2(n−1)/n is 1, and any all-reduce that
 # ends with both ranks holding the sum must send about that much, so the measurement shows that
 # gloo sends no more than a ring would, not that it runs one. Measured wire bytes sit at or just above the formula (compare
@@ -323,9 +342,11 @@ plt.show()
 #   merges them (and all-reduces two sums in backward); it refuses CPU tensors, so on CPU the kit
 #   uses `CrossRankBatchNorm1d`, which all-reduces Σx, Σx² and the count through a differentiable
 #   all-reduce: the same statistics, computed differently. The experiment averages the gradients
-#   by hand, as DDP would. (Under DDP, `broadcast_buffers=True`, its default, also overwrites every
-#   rank's running mean and variance with rank 0's at each forward: evaluation statistics come
-#   from rank 0's shard alone.)
+#   by hand, as DDP would. (Under DDP, buffer syncing, on by default, also overwrites every rank's
+#   running mean and variance with rank 0's at each forward: `broadcast_buffers` in the DDP docs,
+#   cited, not run here; torch 2.13 renamed it `forward_sync_buffers`. Rank 0's running statistics
+#   then come from its own shard alone, and every other rank's hold rank 0's plus its own last
+#   batch's update.)
 # - **SimCLR's negatives** are the other images *in the batch*: per rank, each anchor sees
 #   2B−1 candidates, not 2nB−1. Gathering the embeddings from all ranks restores them, but the
 #   gather must route gradients back (its backward is a reduce-scatter; `all_gather_with_grad`).
@@ -345,8 +366,10 @@ show_table([{"SimCLR negatives": v, "candidates per anchor": sim[0][v]["candidat
                sim[0]["candidates_single"], "loss": sim[0]["loss_single"],
                "max |grad − large batch|": 0.0}])
 print(f"chance level, log(candidates): per rank log(2B − 1) = {math.log(sim[0]['per_rank']['candidates']):.4f}, "
-      f"gathered log(2nB − 1) = {math.log(sim[0]['gathered']['candidates']):.4f}: the per-rank loss is "
-      f"lower because its task has fewer candidates, not because its model is better")
+      f"gathered log(2nB − 1) = {math.log(sim[0]['gathered']['candidates']):.4f}: their difference "
+      f"{math.log(sim[0]['gathered']['candidates']) - math.log(sim[0]['per_rank']['candidates']):.3f} against the "
+      f"losses' {sim[0]['loss_single'] - sim[0]['per_rank']['loss']:.3f}: the per-rank loss is lower because its task "
+      f"has fewer candidates (both arms score the same weights, so not because its model is better: an identity)")
 owners = sorted(set((moco[0]["shared_ids"][moco[0]["shared_ids"] >= 0] // 1000).tolist()))
 same_queue = torch.equal(moco[0]["shared_keys"], moco[1]["shared_keys"])
 print(f"rank 0's shared queue holds keys from ranks {', '.join(map(str, owners))}; "
@@ -365,6 +388,9 @@ for r in sim:
     assert abs(r["gathered"]["loss"] - r["loss_single"]) < 1e-5
     assert r["gathered"]["grad_diff"] < 1e-5 * max(1.0, r["gathered"]["grad_scale"])
     assert r["per_rank"]["loss"] < r["loss_single"] - 0.1 and r["per_rank"]["grad_diff"] > 1e-3
+    # ... by about the gap between the two chance levels (the candidates explain the drop)
+    log_gap = math.log(r["gathered"]["candidates"]) - math.log(r["per_rank"]["candidates"])
+    assert abs((r["loss_single"] - r["per_rank"]["loss"]) - log_gap) < 0.25 * log_gap, (r, log_gap)
     assert r["matches_torch_all_gather"]
 assert torch.equal(moco[0]["shared_keys"], moco[1]["shared_keys"]) and owners == list(range(cfg.ranks))
 assert not torch.equal(moco[0]["own_keys"], moco[1]["own_keys"])

@@ -240,8 +240,9 @@ assert abs(math.log(np.median(estimate_ratios))) < math.log(median_factor)
 # loss falls: the gradient signal |G|² shrinks faster than the per-example spread tr Σ, so a
 # larger batch is needed to see it. The thresholds are choices, set and printed below. From the
 # lowest probe (which must come after step 0) on, B_simple must fall in rank as the loss rises
-# across the probes (Spearman's rank correlation below `rank_limit`: the loss of momentum SGD is
-# not monotone in the step, so this is B_simple against the loss, not against time); the last
+# across the probes (Spearman's rank correlation below `rank_limit`, its one-sided 5% point in a
+# permutation test that keeps the window's first, lowest value in place: the loss of momentum SGD is not monotone
+# in the step, so this is B_simple against the loss, not against time); the last
 # probe's value must exceed the lowest by more than `growth_required` while the loss falls more
 # than `loss_fall_required`-fold, and exceed the value at initialisation. The mechanism: from the
 # lowest probe to the last, |G|² falls by a larger factor than tr Σ, which, since B_simple =
@@ -249,8 +250,8 @@ assert abs(math.log(np.median(estimate_ratios))) < math.log(median_factor)
 # been is the spread rising; it is not: tr Σ falls too (asserted), so the growth is the signal
 # |G|² vanishing faster than the noise. The growth factor
 # starts from the lowest of several noisy probes, a selection that inflates it; the rank
-# correlation, which uses every probe from there on, is the fairer summary, and the headline
-# records both.
+# correlation uses every probe from there on, and its threshold accounts for the same selection
+# (which pushes ρ negative too); the headline records both.
 
 # %%
 low = min(trajectory, key=lambda t: t["b_simple_exact"])
@@ -271,12 +272,28 @@ def ranks(values):
     return np.argsort(np.argsort(values)).astype(float)
 
 
-# Spearman's ρ: the correlation of ranks (no ties among these real-valued losses)
-rank_corr = (float(np.corrcoef(ranks([t["loss"] for t in after_low]), ranks([t["b_simple_exact"] for t in after_low]))[0, 1])
-             if len(after_low) >= 3 else float("nan"))  # ci's short run may leave too few probes
-rank_limit, growth_required, loss_fall_required = -0.6, 4, 10   # -0.6: beyond Spearman's one-sided 5% point for 10 probes (about -0.56)
+def spearman(a, b) -> float:
+    """Spearman's ρ: the correlation of ranks (no ties among these real-valued numbers)."""
+    return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
+
+
+window_losses = np.array([t["loss"] for t in after_low])
+window_b_simple = np.array([t["b_simple_exact"] for t in after_low])
+rank_corr = spearman(window_losses, window_b_simple) if len(after_low) >= 3 else float("nan")  # ci: too few
+# the threshold: ρ's one-sided 5% point where B_simple is unrelated to the loss, given how the window
+# was chosen: it starts at the lowest B_simple, which by itself pushes ρ negative. So a permutation
+# test conditioned on that choice: the first value stays (the lowest, by construction), the others
+# are shuffled among the window's later probes (a seeded generator)
+PERMUTATIONS = 20_000
+shuffle = np.random.default_rng(0)
+null_rho = np.array([spearman(window_losses, np.concatenate([window_b_simple[:1], shuffle.permutation(window_b_simple[1:])]))
+                     for _ in range(PERMUTATIONS)]) if len(after_low) >= 3 else np.array([float("nan")])
+rank_limit = float(np.quantile(null_rho, 0.05))
+growth_required, loss_fall_required = 4, 10
 print(f"rank correlation of loss and B_simple over the {len(after_low)} probes from the lowest on: ρ = {rank_corr:.2f} "
-      f"(required < {rank_limit}); growth required > ×{growth_required}, loss fall > ×{loss_fall_required}")
+      f"(required below {rank_limit:.2f}, its 5% point when B_simple is unrelated to the loss, given that the "
+      f"window starts at its lowest value: {PERMUTATIONS:,} permutations); growth required > ×{growth_required}, "
+      f"loss fall > ×{loss_fall_required}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -563,11 +580,12 @@ assert s_min > 0 and e_min > 0
 # **Claim 4 — the linear scaling rule (Goyal et al. 2017).** Where steps fall in proportion,
 # each example moves the weights by the same amount whatever the batch, so the LR should grow
 # in proportion to B. McCandlish et al. predict where that stops: the best LR is
-# ε_opt(B) = ε_max/(1 + B_noise/B), proportional to B well below B_noise and flat well above it.
+# ε_opt(B) = ε_max/(1 + B_noise/B), proportional to B well below B_noise and flat well above it
+# (their formula is for plain SGD; the runs here use momentum 0.9, and we apply it to them).
 # What we assert: up to B_crit the best LR grows by at least a quarter of the factor by which B
 # grows; and every batch's best LR lies within one step of the grid (×2) of that prediction, with
 # B_noise read as the fitted B_crit and ε_max set so that the prediction passes through the smallest
-# batch's best LR (it fails if the best LR kept following the linear rule past B_crit, or flattened
+# batch's best LR (so the smallest batch's ratio is 1 by construction, not evidence; it fails if the best LR kept following the linear rule past B_crit, or flattened
 # well before it). We also assert that every best LR lies strictly inside the grid, so none of them
 # is merely the grid's edge.
 
@@ -658,12 +676,13 @@ final = {name: [float(c[-1]) if np.isfinite(c[-1]) else DIVERGED for c in curves
 show_table([{"arm": k, "final loss per seed": ", ".join(f"{v:.3g}" for v in values)} for k, values in final.items()])
 rescue_factor = 2  # a choice: "rescued" would mean ending within this factor of the reference
 # per seed, log(final loss of the arm / the reference's): paired, so the interval is the arms' difference
+# named by the quantity compared (a loss: higher is worse), so "A > B" reads "A's loss is higher"
 rescue_comparisons = {name: compare_paired([math.log(v) for v in values],
                                            [math.log(v) for v in final["best grid LR (reference)"]],
-                                           names=(name, "reference"))
+                                           names=(f"log final loss, {name}", "the reference's"))
                       for name, values in final.items() if name != "best grid LR (reference)"}
 for name, comparison in rescue_comparisons.items():
-    print(f"log final loss, {comparison.describe()}")
+    print(comparison.describe())
 chance_loss = math.log(len(train.classes))
 linear_finals = [v for name, values in final.items() if name != "best grid LR (reference)" for v in values]
 CHANCE_TOLERANCE = 0.01   # "at chance": within this share of log(classes)
@@ -676,8 +695,8 @@ print(f"a linear-LR arm counts as rescued unless its final loss stays above ×{r
 # %% [markdown]
 # On this task warm-up does **not** rescue the linearly scaled LR: with or without the warm-up the
 # run ends far above the reference. Every linear-LR run ends at the chance level printed above
-# (the loss of a uniform guess over the classes; asserted within the printed tolerance): it collapsed to
-# predicting nothing. That the LR
+# (the loss of a uniform guess over the classes; asserted within the printed tolerance): its
+# predictions ended near uniform, the same for every image (why, e.g. dead ReLUs, is not measured). That the LR
 # is beyond what the loss surface tolerates, rather than a transient a longer warm-up would
 # cure, is our reading, not tested here (the warm-up length is one choice). The smaller LR does work, with the same warm-up (the
 # saturation seen in claim 4). The
@@ -696,13 +715,15 @@ if SCALE != "ci":
     for name, comparison in rescue_comparisons.items():
         assert all(not v < rescue_factor * r for v, r in zip(final[name], reference)), \
             f"{name}: warm-up rescued the linear LR on some seed"
-        assert comparison.verdict == f"{name} > reference", comparison.describe()
+        assert comparison.verdict == f"log final loss, {name} > the reference's", comparison.describe()
     assert at_chance == len(linear_finals), "every linear-LR run ends at chance"
 
 # %% [markdown]
 # **Claim 5b — warm-up below B_crit.** Goyal et al. use warm-up with the linear rule *in its
-# regime*: a batch many times their base batch but not past the critical batch, the LR scaled up
-# from the small-batch LR. Here: the batch printed below (at most B_crit, and at least 8× the
+# regime*: batches up to 8k, where their linear rule held (they had no notion of a critical batch:
+# "not past it" is this lesson's reading through McCandlish et al.), the LR scaled up from the
+# small-batch LR. Near B_crit the linear rule already overshoots the best LR (claim 4), so this is
+# its weak sense, as said below. Here: the batch printed below (at most B_crit, and at least 8× the
 # sweep's smallest batch), the LR the linear rule gives from the smallest batch's best LR (near
 # B_crit it may already exceed the sweep's best LR at this batch: both are printed, and the rule
 # holds here only in the weak sense of claim 4), and two arms that differ only in warm-up — none, or a linear ramp over a fixed number
@@ -735,7 +756,7 @@ plot_loss_curves(goyal_curves, f"B = {goyal_batch}, linear LR {goyal_lr:.3g}, {l
                  warmup_end=goyal_warmup_steps)
 no_warm, with_warm = goyal_late["no warm-up"], goyal_late[f"warm-up {goyal_warmup_steps} steps"]
 # the kit's one rule for comparing trained arms (course_utils.compare): paired seeds, 95% t-interval
-goyal_comparison = compare_paired(with_warm, no_warm, names=("warm-up", "no warm-up"))
+goyal_comparison = compare_paired(with_warm, no_warm, names=("late loss with warm-up", "without"))
 goyal_diff = with_warm - no_warm                      # per seed, paired: < 0 means warm-up ended better
 goyal_tolerance = goyal_comparison.half_width         # Student's t at seeds - 1 degrees of freedom × SE
 goyal_reach = {name: [int(np.argmax(c <= cfg.target)) + 1 if (c <= cfg.target).any() else None for c in curves]
@@ -746,17 +767,20 @@ show_table([dict(seed=seed, late_no_warmup=none, late_warmup=ramp, warmup_minus_
 print(f"mean loss over the last {-goyal_last_quarter.start} steps: no warm-up {no_warm.mean():.3f}, warm-up {with_warm.mean():.3f}; "
       f"paired difference {goyal_diff.mean():+.3f} ± {goyal_comparison.standard_error:.3f} (standard error over "
       f"{len(goyal_diff)} seeds); the seeds of one arm span up to {max(np.ptp(no_warm), np.ptp(with_warm)):.3f}")
-# does each run's loss rise above the target again after it first reached it?
-goyal_rebounds = [np.nanmax(curve[reached:]) > cfg.target for name, curves in goyal_curves.items()
-                  for curve, reached in zip(curves, goyal_reach[name]) if reached is not None]
-print(f"runs whose loss rises above the target again after reaching it: {sum(goyal_rebounds)} of {len(goyal_rebounds)}")
+# does each run's loss rise clearly above the target again after it first reached it?
+REBOUND_MARGIN = 1.2   # a choice: "rises again" means above this multiple of the target, not a hair over it
+goyal_rebounds = {name: [np.nanmax(curve[reached:]) > REBOUND_MARGIN * cfg.target
+                         for curve, reached in zip(curves, goyal_reach[name]) if reached is not None]
+                  for name, curves in goyal_curves.items()}
+print("runs whose loss rises above ×{:g} the target again after reaching it: ".format(REBOUND_MARGIN)
+      + ", ".join(f"{name} {sum(r)} of {len(r)}" for name, r in goyal_rebounds.items()))
 goyal_tuned_lr = next((r["lr"] for r in sweep if r["batch"] == goyal_batch), None)
 print(f"the sweep's best LR at B = {goyal_batch}: {goyal_tuned_lr} (the linear rule gives {goyal_lr:.3g})")
 goyal_interval = goyal_comparison.interval
 print(f"warm-up minus none, 95% interval: [{goyal_interval[0]:+.3f}, {goyal_interval[1]:+.3f}], i.e. from "
       f"{goyal_interval[0] / no_warm.mean():+.0%} to {goyal_interval[1] / no_warm.mean():+.0%} of the no-warm-up "
       f"late loss; warm-up ended lower in {int((goyal_diff < 0).sum())} of {len(goyal_diff)} seeds")
-print("late loss, " + goyal_comparison.describe(digits=3))
+print(goyal_comparison.describe(digits=3))
 # is a rebound special to the linear LR? the probe run of section 3, at its own LR, seen at its probes only
 probe_below = [t["loss"] <= cfg.target for t in trajectory]
 probe_rebounds = any(not below for below in probe_below[probe_below.index(True):]) if any(probe_below) else None
@@ -789,10 +813,10 @@ print(f"the probe run (B = {cfg.probe_batch}, LR {cfg.probe_lr}; the sweep's bes
 if SCALE != "ci":
     assert goyal_batch <= b_crit and goyal_batch >= 8 * B[0], "the test batch must be below B_crit and well above the smallest batch"
     assert all(goyal_reach["no warm-up"]), "without warm-up the linear LR must still train to the target"
-    # the phenomenon (3) discusses: how many runs rebound is printed, not claimed
-    assert len(goyal_rebounds) == 2 * len(cfg.goyal_seeds) and any(goyal_rebounds), "some run rebounds above the target"
+    # the phenomenon (3) discusses: in each arm some run rebounds (how many is printed, not claimed)
+    assert all(len(r) == len(cfg.goyal_seeds) and any(r) for r in goyal_rebounds.values()), goyal_rebounds
     assert goyal_tuned_lr is not None and goyal_tuned_lr < goyal_lr, "the linear LR must exceed the tuned one here"
-    assert probe_rebounds, "the probe run must rebound too, or the rebounds may be the linear LR's after all"
+    assert probe_rebounds, "the probe run, at its own LR, rises above the target again too: rebounds also occur without the linear LR"
 
 # %% [markdown]
 # **Claim 6 — accumulation keeps the batch, so it keeps the LR.** One of the course's source texts,

@@ -87,6 +87,9 @@ def test_times_of_one_lesson_at_a_time_never_mix_with_the_courses(monkeypatch, t
     run_course.record_times([{"name": "02_simclr", "seconds": 239.04}], "default", 1)
     assert not (tmp_path / "times-default.json").exists()
     assert '"02_simclr": 239.0' in (tmp_path / "alone-times-default.json").read_text()
+    # a lesson that failed after 22 s keeps its last finished time (it would be scheduled last)
+    run_course.record_times([{"name": "02_simclr", "seconds": 22.0, "error": "cell 14 ..."}], "default", 1)
+    assert '"02_simclr": 239.0' in (tmp_path / "alone-times-default.json").read_text()
 
 
 def test_a_cell_ending_in_headline_shows_the_figures_once(capsys):

@@ -152,9 +152,11 @@ def times_file(scale: str, jobs: int) -> Path:
 
 
 def record_times(results: list[dict], scale: str, jobs: int) -> None:
-    """Each lesson's latest time, in ``times_file(scale, jobs)``."""
+    """Each lesson's latest time, in ``times_file(scale, jobs)``. A failed lesson keeps its last
+    finished time: it stopped early, and its time would schedule it late in the next run."""
     path = times_file(scale, jobs)
-    times = {**course_site.read_json_dict(path), **{r["name"]: round(r["seconds"], 1) for r in results}}
+    times = {**course_site.read_json_dict(path),
+             **{r["name"]: round(r["seconds"], 1) for r in results if not r.get("error")}}
     path.write_text(json.dumps(times, indent=1, sort_keys=True))
 
 

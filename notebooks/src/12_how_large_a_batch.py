@@ -8,7 +8,8 @@
 # training only if n times the batch needs about n times fewer steps. That holds well below the
 # critical batch B_crit, which the gradient noise scale (McCandlish et al. 2018) predicts; at
 # B_crit itself the steps are twice the minimum, so devices up to there give at least half the
-# ideal speed-up, and devices beyond it at most a further factor of 2. We measure it here.
+# ideal speed-up, and devices beyond it at most a further factor of 2 counted from B_crit (from a
+# smaller batch B, at most 1 + B_crit/B). We measure it here.
 
 # %%
 # On Colab, install the kit with one pip command (Colab's own torch is kept); elsewhere this does nothing.
@@ -857,7 +858,7 @@ assert accumulation_gap < 1e-12
 # (lesson 07). Adding devices shrinks the first per device but not the second. In steps (and so
 # in wall-clock time, if a step's time does not grow with n): at B = B_crit the steps are
 # 2·S_min, so up to B_crit/b devices of per-device batch b deliver at least half the ideal
-# speed-up, and any number beyond that at most a further factor of 2. In compute: the examples
+# speed-up, and any number beyond that at most a further factor of 2 counted from B_crit. In compute: the examples
 # processed are E_min(1 + B/B_crit), so past B_crit each doubling of the devices multiplies the
 # examples by 1.5 at B_crit and by more beyond (about 1.8 at 4·B_crit) — compute spent on
 # examples that barely shorten training (claim 3 asserts it: a doubling from 2·B_crit on saves
@@ -868,7 +869,8 @@ assert accumulation_gap < 1e-12
 # the objective itself. The noise scale is about the other role, the averaging of gradients into
 # one step. The SimCLR measurement above separates them by holding the candidates fixed (groups of
 # a fixed size) and varying only the number of groups; its B_simple is in images *for that group
-# size* and, through the paper's model, predicts how many groups per step still pay. Growing the plain batch B changes both at
+# size* and, through the paper's model, would predict how many groups per step still pay, if
+# B_crit ≈ B_simple held under Adam and in a run this short (both untested here, as said above). Growing the plain batch B changes both at
 # once, and no single B_simple describes it. Gradient caching (lesson 02) keeps every candidate
 # while splitting the memory, which changes neither role; accumulation splits the candidates too,
 # which changes the first role and not the second — it is exactly the grouping used above.

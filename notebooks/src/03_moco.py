@@ -101,7 +101,10 @@ augment = SimCLRAugment(cfg.image_size, crop_scale=cfg.crop_scale, color_strengt
 print(train, test, sep="\n")
 
 
-def build_moco(momentum=0.99, queue=cfg.queue, shuffle_keys=True, seed=cfg.seed):
+MOMENTUM = 0.99        # the recipe's m (the paper: 0.999 at its scale; see the boundary)
+
+
+def build_moco(momentum=MOMENTUM, queue=cfg.queue, shuffle_keys=True, seed=cfg.seed):
     torch.manual_seed(seed)
     backbone = SmallResNet(width=cfg.width, blocks=cfg.blocks)
     return MoCo(backbone, ProjectionHead(backbone.feature_dim, 128, cfg.dim), queue_size=queue,
@@ -597,9 +600,8 @@ show_table([{"seed": s, "cos at max age, m=0.99": cos_m099[s], "cos at max age, 
             for s in cfg.seeds])
 print(f"loss over steps {kb + 1}-{2 * kb}, paired by seed: " + queue_fill_comparison.describe(digits=3))
 print("oldest queue key against today's, paired by seed: " + staleness_comparison.describe(digits=3))
-MAIN_MOMENTUM = build_moco.__defaults__[0]          # the recipe's m (build_moco's default)
-print(f"after {cfg.stale_steps} steps the m = {MAIN_MOMENTUM} key encoder still holds a share "
-      f"m**{cfg.stale_steps} = {MAIN_MOMENTUM ** cfg.stale_steps:.2f} of its initial weights: still warming up")
+print(f"after {cfg.stale_steps} steps the m = {MOMENTUM} key encoder still holds a share "
+      f"m**{cfg.stale_steps} = {MOMENTUM ** cfg.stale_steps:.2f} of its initial weights: still warming up")
 if cfg.stale_cos_m099_min is not None:
     print(f"Thresholds asserted below: cos at max age >= {cfg.stale_cos_m099_min} (m=0.99) on seeds "
           f"{list(cfg.seeds[1:])} (seed {cfg.seeds[0]}'s run set it), "

@@ -724,11 +724,16 @@ x_test, y_test = teacher_examples(torch.Generator().manual_seed(10_000), 4000)
 x_val, y_val = teacher_examples(torch.Generator().manual_seed(20_000), 4000)
 
 
+def summed_step_flops(net):
+    """One student step's FLOPs at batch `alloc_batch`, by the layer-by-layer sum above."""
+    return sum(step_flops_terms(net, x_test[:cfg.alloc_batch], tokens_per_image=1).values())
+
+
 def train_student(hidden, c_flops, seed):
     torch.manual_seed(seed)
     start = core_seconds()
     net = MLP(ALLOC_DIM, hidden, ALLOC_CLASSES, layers=2).to(device)
-    step_flops = sum(step_flops_terms(net, x_test[:cfg.alloc_batch], tokens_per_image=1).values())
+    step_flops = summed_step_flops(net)
     steps = max(1, int(c_flops // step_flops))
     opt = torch.optim.Adam(net.parameters(), lr=3e-3)
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1 - i / steps)
@@ -791,7 +796,7 @@ def student_step_flops(hidden):
     opt = torch.optim.Adam(net.parameters(), lr=3e-3)
     batch = (x_test[:cfg.alloc_batch], y_test[:cfg.alloc_batch])
     counted = measure(lambda: make_step(Supervised(net), opt)(batch), model=net, optimizer=opt).flops
-    return counted, sum(step_flops_terms(net, batch[0], tokens_per_image=1).values())
+    return counted, summed_step_flops(net)
 
 
 student_flops = {h: student_step_flops(h) for h in cfg.alloc_widths}

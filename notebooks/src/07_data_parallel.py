@@ -150,8 +150,8 @@ print(f"max |full-batch grad - mean of 2 shard grads| = {identity_gap:.1e}")
 
 # %%
 print(inspect.getsource(lesson.sampler_epochs))
-DATASET_SIZE = 20     # sampler_epochs' default: divides evenly over the lesson's ranks
-samples = launch(lesson.sampler_epochs, cfg.ranks)
+DATASET_SIZE = 20     # divides evenly over the lesson's ranks
+samples = launch(lesson.sampler_epochs, cfg.ranks, DATASET_SIZE)
 for epoch in range(len(samples[0]["seen"])):
     print(f"epoch {epoch}: " + " | ".join(f"rank {r} sees images {' '.join(map(str, s['seen'][epoch]))}"
                                           for r, s in enumerate(samples)))

@@ -280,7 +280,8 @@ def spearman(a, b) -> float:
 
 window_losses = np.array([t["loss"] for t in after_low])
 window_b_simple = np.array([t["b_simple_exact"] for t in after_low])
-rank_corr = spearman(window_losses, window_b_simple) if len(after_low) >= 3 else float("nan")  # ci: too few
+enough_probes = len(after_low) >= 3     # ci's short run may leave fewer: no correlation, no test
+rank_corr = spearman(window_losses, window_b_simple) if enough_probes else float("nan")
 # the threshold: ρ's one-sided 5% point where B_simple is unrelated to the loss, given how the window
 # was chosen: it starts at the lowest B_simple, which by itself pushes ρ negative. So a permutation
 # test conditioned on that choice: the first value stays (the lowest, by construction), the others
@@ -288,7 +289,7 @@ rank_corr = spearman(window_losses, window_b_simple) if len(after_low) >= 3 else
 PERMUTATIONS = 20_000
 shuffle = np.random.default_rng(0)
 null_rho = np.array([spearman(window_losses, np.concatenate([window_b_simple[:1], shuffle.permutation(window_b_simple[1:])]))
-                     for _ in range(PERMUTATIONS)]) if len(after_low) >= 3 else np.array([float("nan")])
+                     for _ in range(PERMUTATIONS)]) if enough_probes else np.array([float("nan")])
 rank_limit = float(np.quantile(null_rho, 0.05))
 growth_required, loss_fall_required = 4, 10
 print(f"rank correlation of loss and B_simple over the {len(after_low)} probes from the lowest on: ρ = {rank_corr:.2f} "

@@ -87,8 +87,9 @@ assert [h["sum"] for h in hello] == [cfg.ranks * (cfg.ranks + 1) / 2] * cfg.rank
 
 # %% [markdown]
 # A notebook must never hang on a distributed bug. If a rank raises, the launcher stops the
-# others and re-raises *that* rank's traceback here; a rank killed outright is named with its
-# signal; a run that outlives `timeout=` is stopped with the ranks' stacks.
+# others and re-raises *that* rank's traceback here (shown next); a rank killed outright is named
+# with its signal, and a run that outlives `timeout=` is stopped with the ranks' stacks (both shown
+# by the kit's tests, `tests/test_distributed_launch.py`, not here).
 
 # %%
 try:
@@ -435,8 +436,9 @@ task
 # points: 1
 
 # %% [markdown]
-# **Exercise 1 — an edge case.** The identity of section 2 assumed equal shards. When the dataset
-# does not divide evenly (the last batch of an epoch, `drop_last=False`), rank r gets B_r rows.
+# **Exercise 1 — an edge case.** The identity of section 2 assumed equal shards. `DistributedSampler`
+# keeps them equal by padding (section 2), but a split without it, such as a data source each rank
+# reads in its own share or uneven inputs under DDP's `Join`, gives rank r B_r rows.
 # Write `average_uneven_gradients(shard_grads, shard_sizes)`: given one list of gradient tensors
 # per rank, each the gradient of that rank's *mean* loss over its B_r rows, return the gradient of
 # the mean loss over all rows. The check splits a batch of 16 rows like the lesson's `x, y` (drawn
